@@ -1,0 +1,29 @@
+"""django_outbox: transactional background jobs for Django, on the database you have."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django.tasks import Task, TaskResult
+
+__all__ = ["enqueue_many"]
+
+
+def enqueue_many(
+    task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+) -> list[TaskResult]:
+    """Enqueue ``task`` once per ``(args, kwargs)`` pair, in the caller's transaction.
+
+    One INSERT per 1,000 rows; either every job is stored or none is.
+    """
+    from django_outbox.backend import OutboxBackend
+
+    backend = task.get_backend()
+    if not isinstance(backend, OutboxBackend):
+        raise TypeError(
+            f"enqueue_many needs a task on an OutboxBackend; {task.module_path!r} uses "
+            f"{type(backend).__name__} (TASKS[{task.backend!r}])."
+        )
+    return backend.enqueue_many(task, calls)

@@ -1,0 +1,86 @@
+"""The ``django.tasks`` backend: ``TASKS = {"default": {"BACKEND":
+"django_outbox.backend.OutboxBackend"}}``.
+
+Django builds the backend when a module defines its first ``@task``, often before the app
+registry is ready, so this module must not import models at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.core import checks
+from django.tasks import Task, TaskResult
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+
+from django_outbox import conf
+from django_outbox.task import OutboxTask
+
+
+class OutboxBackend(BaseTaskBackend):
+    task_class = OutboxTask
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if not isinstance(task, OutboxTask):
+            return
+        if task.max_attempts is not None and (
+            isinstance(task.max_attempts, bool)
+            or not isinstance(task.max_attempts, int)
+            or task.max_attempts < 1
+        ):
+            raise InvalidTask(
+                f"max_attempts must be a whole number ≥ 1, not {task.max_attempts!r}."
+            )
+        for name in ("timeout", "backoff_base", "backoff_cap"):
+            value = getattr(task, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise InvalidTask(f"{name} must be a number of seconds above 0, not {value!r}.")
+        if (
+            task.backoff_base is not None
+            and task.backoff_cap is not None
+            and task.backoff_cap < task.backoff_base
+        ):
+            raise InvalidTask("backoff_cap must not be below backoff_base.")
+
+    def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        from django_outbox.jobs import enqueue
+
+        self.validate_task(task)
+        return enqueue.enqueue(task, args, kwargs)
+
+    def enqueue_many(
+        self, task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
+    ) -> list[TaskResult]:
+        from django_outbox.jobs import enqueue
+
+        self.validate_task(task)
+        return enqueue.enqueue_many(task, calls)
+
+    def get_result(self, result_id: str) -> TaskResult:
+        from django_outbox.jobs.results import to_task_result
+        from django_outbox.models import Job
+
+        try:
+            job = Job.objects.get(pk=int(result_id), backend=self.alias)
+        except (ValueError, TypeError, Job.DoesNotExist):
+            raise TaskResultDoesNotExist(result_id) from None
+        return to_task_result(job)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        from django_outbox.checks import backend_checks
+
+        return backend_checks(self)
+
+    @property
+    def settings(self) -> conf.OutboxSettings:
+        return conf.get()

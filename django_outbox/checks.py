@@ -1,0 +1,75 @@
+"""System checks, each with a stable id.
+
+E001  the OUTBOX setting is invalid
+W001  a SQLite database without transaction_mode IMMEDIATE
+W002  a SQLite database without WAL journal mode in init_command
+W003  a SQLite database without an explicit busy timeout
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core import checks
+
+from django_outbox import conf
+
+if TYPE_CHECKING:
+    from django_outbox.backend import OutboxBackend
+
+SQLITE_HINT = (
+    'Set DATABASES[...]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20, '
+    '"init_command": "PRAGMA journal_mode=WAL"}; see docs/settings.md.'
+)
+
+
+@checks.register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return [
+        checks.Error(message, id="django_outbox.E001", obj="settings.OUTBOX")
+        for message in conf.settings_errors(getattr(settings, "OUTBOX", {}))
+    ]
+
+
+def sqlite_checks(alias: str) -> list[checks.CheckMessage]:
+    database: dict[str, Any] = settings.DATABASES[alias]
+    if "sqlite3" not in database.get("ENGINE", ""):
+        return []
+    options = database.get("OPTIONS", {})
+    where = f"settings.DATABASES[{alias!r}]"
+    messages: list[checks.CheckMessage] = []
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        messages.append(
+            checks.Warning(
+                f"{where} does not use IMMEDIATE transactions: a transaction that reads "
+                "before it writes can fail with 'database is locked' while a worker writes.",
+                hint=SQLITE_HINT,
+                id="django_outbox.W001",
+            )
+        )
+    if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
+        messages.append(
+            checks.Warning(
+                f"{where} does not set WAL journal mode: readers block while a worker writes.",
+                hint=SQLITE_HINT,
+                id="django_outbox.W002",
+            )
+        )
+    if "timeout" not in options:
+        messages.append(
+            checks.Warning(
+                f"{where} has no explicit busy timeout: writers give up after SQLite's 5 s.",
+                hint=SQLITE_HINT,
+                id="django_outbox.W003",
+            )
+        )
+    return messages
+
+
+def backend_checks(backend: OutboxBackend) -> list[checks.CheckMessage]:
+    from django.db import router
+
+    from django_outbox.models import Job
+
+    return sqlite_checks(router.db_for_write(Job))

@@ -1,0 +1,93 @@
+"""The ``OUTBOX`` settings dict: defaults, validation, and a cache that resets under
+``override_settings``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSettings:
+    #: Seconds an idle worker waits before looking for due jobs again.
+    POLL_INTERVAL: float = 1.0
+    #: Seconds a claimed job stays leased to its worker without a heartbeat.
+    LEASE_SECONDS: float = 30.0
+    #: Seconds between a worker's heartbeats (lease renewals and rescue of expired leases).
+    HEARTBEAT_SECONDS: float = 10.0
+    #: Attempts a job gets when its task does not say (the first run counts).
+    DEFAULT_MAX_ATTEMPTS: int = 3
+    #: Full-jitter backoff: the first retry waits up to BACKOFF_BASE seconds, the ceiling
+    #: doubles per attempt up to BACKOFF_CAP.
+    BACKOFF_BASE: float = 1.0
+    BACKOFF_CAP: float = 3600.0
+
+
+_NUMBER_RULES: dict[str, tuple[type, float]] = {
+    # name: (type, exclusive lower bound)
+    "POLL_INTERVAL": (float, 0.0),
+    "LEASE_SECONDS": (float, 0.0),
+    "HEARTBEAT_SECONDS": (float, 0.0),
+    "DEFAULT_MAX_ATTEMPTS": (int, 0),
+    "BACKOFF_BASE": (float, 0.0),
+    "BACKOFF_CAP": (float, 0.0),
+}
+
+
+def settings_errors(raw: Any) -> list[str]:
+    """Every problem with an ``OUTBOX`` value, as sentences; empty when it is valid."""
+    if not isinstance(raw, dict):
+        return [f"OUTBOX must be a dict, not {type(raw).__name__}."]
+    errors = []
+    known = OutboxSettings.__dataclass_fields__.keys()
+    for key in raw.keys() - known:
+        errors.append(f"OUTBOX[{key!r}] is not a known setting (known: {', '.join(known)}).")
+    for key, (kind, floor) in _NUMBER_RULES.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        allowed = (int,) if kind is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            errors.append(f"OUTBOX[{key!r}] must be a {kind.__name__}, not {value!r}.")
+        elif value <= floor:
+            errors.append(f"OUTBOX[{key!r}] must be greater than {floor:g}, not {value!r}.")
+    if not errors:
+        merged = _merge(raw)
+        if merged.HEARTBEAT_SECONDS >= merged.LEASE_SECONDS:
+            errors.append(
+                "OUTBOX['HEARTBEAT_SECONDS'] must be shorter than OUTBOX['LEASE_SECONDS'], "
+                "or leases expire between heartbeats."
+            )
+        if merged.BACKOFF_CAP < merged.BACKOFF_BASE:
+            errors.append("OUTBOX['BACKOFF_CAP'] must not be below OUTBOX['BACKOFF_BASE'].")
+    return errors
+
+
+def _merge(raw: dict[str, Any]) -> OutboxSettings:
+    values = {key: value for key, value in raw.items() if key in _NUMBER_RULES}
+    for key, (kind, _floor) in _NUMBER_RULES.items():
+        if key in values:
+            values[key] = kind(values[key])
+    return OutboxSettings(**values)
+
+
+@cache
+def get() -> OutboxSettings:
+    """The validated settings, read once; raises ImproperlyConfigured when they are wrong."""
+    raw = getattr(settings, "OUTBOX", {})
+    errors = settings_errors(raw)
+    if errors:
+        raise ImproperlyConfigured(" ".join(errors))
+    return _merge(raw)
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting == "OUTBOX":
+        get.cache_clear()

@@ -1,0 +1,1 @@
+"""The job engine: enqueue, claim, run outcomes, completion, leases. No HTTP here."""

@@ -1,0 +1,112 @@
+"""Batched completion: one UPDATE per outcome per batch, not one per job.
+
+Each statement only touches jobs still running under this worker's id: a job whose lease
+expired and was taken back is not overwritten by a late result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Case, JSONField, Value, When
+from django.utils import timezone
+
+from django_outbox.jobs import backoff
+from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.models import Job, JobStatus
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How one run ended, as the executor classified it."""
+
+    job: ClaimedJob
+    succeeded: bool
+    return_value: Any = None
+    error: dict[str, str] | None = None
+    finished_at: datetime = field(default_factory=timezone.now)
+
+    @property
+    def will_retry(self) -> bool:
+        return not self.succeeded and self.job.attempts < self.job.max_attempts
+
+    @property
+    def errors(self) -> list[dict[str, str]]:
+        """The job's error list after this run."""
+        return self.job.errors + ([self.error] if self.error else [])
+
+
+def next_run_at(outcome: Outcome) -> datetime:
+    job = outcome.job
+    seconds = backoff.delay(job.attempts, job.backoff_base, job.backoff_cap)
+    return outcome.finished_at + timedelta(seconds=seconds)
+
+
+def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
+    """Store a batch of outcomes; returns how many were stored.
+
+    Fewer than given means some jobs had lost their lease (the worker was cut off from
+    the database for longer than a lease): another worker took them back, and their
+    late results are dropped rather than overwrite what happened since.
+    """
+    succeeded: list[Outcome] = []
+    retried: list[Outcome] = []
+    failed: list[Outcome] = []
+    for outcome in outcomes:
+        (succeeded if outcome.succeeded else retried if outcome.will_retry else failed).append(
+            outcome
+        )
+    stored = 0
+    mine = Job.objects.filter(status=JobStatus.RUNNING, worker_id=worker_id)
+    if succeeded:
+        with_values = [o for o in succeeded if o.return_value is not None]
+        updates: dict[str, Any] = {
+            "status": JobStatus.SUCCEEDED,
+            "finished_at": _per_job(succeeded, lambda o: o.finished_at),
+            "lease_until": None,
+            "worker_id": None,
+        }
+        if with_values:
+            updates["return_value"] = _per_job(with_values, lambda o: o.return_value, JSONField())
+        stored += _update(mine, succeeded, updates)
+    if retried:
+        stored += _update(
+            mine,
+            retried,
+            {
+                "status": JobStatus.QUEUED,
+                "run_at": _per_job(retried, next_run_at),
+                "errors": _per_job(retried, lambda o: o.errors, JSONField()),
+                "lease_until": None,
+                "worker_id": None,
+            },
+        )
+    if failed:
+        stored += _update(
+            mine,
+            failed,
+            {
+                "status": JobStatus.FAILED,
+                "finished_at": _per_job(failed, lambda o: o.finished_at),
+                "errors": _per_job(failed, lambda o: o.errors, JSONField()),
+                "lease_until": None,
+                "worker_id": None,
+            },
+        )
+    return stored
+
+
+def _update(mine: Any, outcomes: list[Outcome], values: dict[str, Any]) -> int:
+    count: int = mine.filter(pk__in=[o.job.id for o in outcomes]).update(**values)
+    return count
+
+
+def _per_job(outcomes: list[Outcome], value: Any, output_field: Any = None) -> Case:
+    """A CASE on the job id, so one UPDATE can write a different value to each row."""
+    return Case(
+        *(When(pk=o.job.id, then=Value(value(o), output_field=output_field)) for o in outcomes),
+        output_field=output_field,
+    )

@@ -1,0 +1,53 @@
+"""The few SQL expressions whose spelling differs between PostgreSQL and SQLite.
+
+Everything else the engine writes is ordinary ORM; these are the vendor seam.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import NotSupportedError
+from django.db.models import F, Func, JSONField, Value
+
+
+class _JSONArrayFunc(Func):
+    output_field = JSONField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        raise NotSupportedError(f"{type(self).__name__} supports PostgreSQL and SQLite only.")
+
+
+class JSONAppend(_JSONArrayFunc):
+    """``column`` with ``item`` added at the end of its JSON array."""
+
+    def __init__(self, column: str, item: Any) -> None:
+        super().__init__(F(column), Value(json.dumps(item)))
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        (column, column_params), (item, item_params) = (
+            compiler.compile(expr) for expr in self.get_source_expressions()
+        )
+        return f"({column} || jsonb_build_array(({item})::jsonb))", [*column_params, *item_params]
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        (column, column_params), (item, item_params) = (
+            compiler.compile(expr) for expr in self.get_source_expressions()
+        )
+        return f"json_insert({column}, '$[#]', json({item}))", [*column_params, *item_params]
+
+
+class JSONRemoveLast(_JSONArrayFunc):
+    """``column`` without the last element of its JSON array."""
+
+    def __init__(self, column: str) -> None:
+        super().__init__(F(column))
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        column, params = compiler.compile(self.get_source_expressions()[0])
+        return f"({column} - -1)", params
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        column, params = compiler.compile(self.get_source_expressions()[0])
+        return f"json_remove({column}, '$[#-1]')", params

@@ -1,0 +1,111 @@
+"""``python manage.py runworker``: thin; it parses arguments and starts the worker."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
+
+from django_outbox.backend import OutboxBackend
+from django_outbox.worker.process import WorkerOptions, run
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
+def queue_list(text: str) -> list[str]:
+    queues = [name.strip() for name in text.split(",") if name.strip()]
+    if not queues:
+        raise argparse.ArgumentTypeError("name at least one queue, e.g. --queues default,emails")
+    return queues
+
+
+class Command(BaseCommand):
+    help = "Run django_outbox workers: claim due jobs, run them, record what happened."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues",
+            type=queue_list,
+            help="Comma-separated queues (default: all of the backend's).",
+        )
+        parser.add_argument(
+            "--backend", default="default", help="The TASKS alias (default: default)."
+        )
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=4, help="Threads per process (default 4)."
+        )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="Worker processes; more than 1 starts a supervisor that restarts any that die.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=None,
+            help="Most jobs claimed at once and held (default: 4 times --concurrency).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Exit 0 once nothing is due (tests, demos, cron)."
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=seconds,
+            default=30.0,
+            help="Seconds running jobs get to finish after SIGTERM or SIGINT (default 30).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            backend = task_backends[options["backend"]]
+        except InvalidTaskBackend as exc:
+            raise CommandError(str(exc)) from exc
+        if not isinstance(backend, OutboxBackend):
+            raise CommandError(
+                f"TASKS[{options['backend']!r}] uses {type(backend).__name__}; runworker runs "
+                "django_outbox.backend.OutboxBackend."
+            )
+        known = sorted(backend.queues)
+        queues = options["queues"] or known
+        if not queues:
+            raise CommandError(
+                f"TASKS[{options['backend']!r}] lists no QUEUES; name them with --queues."
+            )
+        unknown = [name for name in queues if known and name not in known]
+        if unknown:
+            raise CommandError(
+                f"Unknown queue(s) {', '.join(unknown)}: TASKS[{options['backend']!r}]['QUEUES'] "
+                f"is {', '.join(known)}."
+            )
+        worker_options = WorkerOptions(
+            queues=queues,
+            concurrency=options["concurrency"],
+            batch_size=options["batch_size"],
+            burst=options["burst"],
+            shutdown_timeout=options["shutdown_timeout"],
+        )
+        status = run(worker_options, processes=options["processes"])
+        if status:
+            raise SystemExit(status)

@@ -1,0 +1,3 @@
+from django_outbox.models.jobs import Job, JobStatus, Worker
+
+__all__ = ["Job", "JobStatus", "Worker"]

@@ -1,0 +1,132 @@
+"""The job table and the worker registry.
+
+The indexes are shaped by the queries that read them: the claim index holds queued rows
+only, in the order the claim reads them, so finished rows never cost a claim anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import models
+from django.db.models import Q
+from django.tasks import TaskResultStatus
+from django.utils import timezone
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+    @property
+    def task_status(self) -> TaskResultStatus:
+        """The django.tasks status users see; a cancelled job reads as FAILED."""
+        return _TASK_STATUS[self]
+
+
+_TASK_STATUS = {
+    JobStatus.QUEUED: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    JobStatus.FAILED: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+ACTIVE_STATUSES = [JobStatus.QUEUED, JobStatus.RUNNING]
+
+#: The order jobs are claimed in; the claim index follows it.
+CLAIM_ORDER = ("-priority", "run_at", "id")
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def due(self, queues: Iterable[str], now: datetime) -> JobQuerySet:
+        """Queued jobs of ``queues`` whose time has come, in claim order."""
+        return self.filter(
+            status=JobStatus.QUEUED, queue__in=list(queues), run_at__lte=now
+        ).order_by(*CLAIM_ORDER)
+
+    def expired_leases(self, now: datetime) -> JobQuerySet:
+        return self.filter(status=JobStatus.RUNNING, lease_until__lt=now)
+
+
+class Job(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    backend = models.CharField(max_length=100, default="default")
+    queue = models.CharField(max_length=100, default="default")
+    task_path = models.CharField(max_length=255)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    run_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0, help_text="Runs started so far.")
+    max_attempts = models.PositiveIntegerField(default=3)
+    timeout = models.FloatField(null=True, blank=True, help_text="Seconds; empty for none.")
+    backoff_base = models.FloatField(default=1.0)
+    backoff_cap = models.FloatField(default=3600.0)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # NULL, not "", where unset: the partial indexes and constraints rely on it.
+    worker_id = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
+    worker_ids = models.JSONField(default=list, blank=True, help_text="One per attempt.")
+    dedup_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    return_value = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        db_table = "django_outbox_job"
+        indexes = [
+            # The claim reads queued rows of its queues by priority, due time, then id.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="outbox_job_claim",
+                condition=Q(status=JobStatus.QUEUED),
+            ),
+            # Heartbeats and rescue read the leases of running rows only.
+            models.Index(
+                fields=["lease_until"],
+                name="outbox_job_lease",
+                condition=Q(status=JobStatus.RUNNING),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dedup_key"],
+                name="outbox_job_dedup_active",
+                condition=Q(status__in=ACTIVE_STATUSES, dedup_key__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.task_path} ({self.status})"
+
+
+class Worker(models.Model):
+    """One running ``runworker`` process, kept current by its heartbeat."""
+
+    id = models.CharField(max_length=100, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "django_outbox_worker"
+
+    def __str__(self) -> str:
+        return self.id

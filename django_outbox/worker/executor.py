@@ -1,0 +1,78 @@
+"""Runs one claimed job in a pool thread and classifies how it ended. No SQL here."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from traceback import format_exception
+from typing import Any
+
+from django.db import close_old_connections
+from django.tasks import Task, TaskContext
+from django.tasks.signals import task_started
+from django.utils.json import normalize_json
+
+from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.complete import Outcome
+from django_outbox.jobs.results import build_result, resolve_task
+from django_outbox.models import JobStatus
+
+
+@lru_cache(maxsize=4096)
+def cached_task(path: str) -> Task:
+    return resolve_task(path)
+
+
+def error_record(exc: BaseException) -> dict[str, str]:
+    kind = type(exc)
+    return {
+        "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+        "traceback": "".join(format_exception(exc)),
+    }
+
+
+def running_result(task: Task, job: ClaimedJob) -> Any:
+    return build_result(
+        task=task,
+        job_id=job.id,
+        status=JobStatus.RUNNING,
+        args=job.args,
+        kwargs=job.kwargs,
+        errors=job.errors,
+        worker_ids=job.worker_ids,
+        enqueued_at=job.enqueued_at,
+        started_at=job.started_at,
+        last_attempted_at=job.last_attempted_at,
+        finished_at=None,
+    )
+
+
+def execute(job: ClaimedJob) -> Outcome:
+    """Run ``job``; every exception, SystemExit and KeyboardInterrupt included, fails the
+    job and never the worker."""
+    close_old_connections()
+    try:
+        task = cached_task(job.task_path)
+        result = running_result(task, job)
+        task_started.send(type(task.get_backend()), task_result=result)
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+        else:
+            value = task.call(*job.args, **job.kwargs)
+        return Outcome(job, succeeded=True, return_value=json_return_value(job, value))
+    except BaseException as exc:
+        return Outcome(job, succeeded=False, error=error_record(exc))
+    finally:
+        close_old_connections()
+
+
+def json_return_value(job: ClaimedJob, value: Any) -> Any:
+    try:
+        value = normalize_json(value)
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"Task {job.task_path!r} returned a value JSON cannot hold ({exc}); "
+            "return str, int, float, bool, None, or lists and dicts of them."
+        ) from exc
+    return value

@@ -1,0 +1,102 @@
+"""The thread pool that runs claimed jobs, and what the loop needs to know about it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.complete import Outcome
+from django_outbox.worker.executor import execute
+
+
+class Pool:
+    """Runs jobs on ``concurrency`` threads; jobs submitted beyond that wait their turn.
+
+    Outcomes are handed back through a queue, so the loop that owns the database
+    connection writes them in batches.
+    """
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="outbox-job")
+        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending: dict[int, tuple[ClaimedJob, Future[None]]] = {}
+        self._started: dict[int, float] = {}
+        self._abandoned: set[int] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs submitted and not yet handed back: waiting or running."""
+        return len(self._pending)
+
+    @property
+    def running(self) -> int:
+        return len(self._started)
+
+    def submit(self, job: ClaimedJob) -> None:
+        with self._lock:
+            self._pending[job.id] = (job, self._executor.submit(self._run, job))
+
+    def _run(self, job: ClaimedJob) -> None:
+        with self._lock:
+            self._started[job.id] = time.monotonic()
+        self._outcomes.put(execute(job))
+
+    def outcomes(self, timeout: float) -> list[Outcome]:
+        """Outcomes ready now; waits up to ``timeout`` seconds for the first one."""
+        try:
+            first = (
+                self._outcomes.get(timeout=timeout) if timeout > 0 else self._outcomes.get_nowait()
+            )
+        except queue.Empty:
+            return []
+        ready = [first]
+        while True:
+            try:
+                ready.append(self._outcomes.get_nowait())
+            except queue.Empty:
+                break
+        kept = []
+        with self._lock:
+            for outcome in ready:
+                job_id = outcome.job.id
+                self._started.pop(job_id, None)
+                if job_id in self._abandoned:
+                    self._abandoned.discard(job_id)
+                    continue
+                self._pending.pop(job_id, None)
+                kept.append(outcome)
+        return kept
+
+    def overdue(self, now: float) -> list[tuple[ClaimedJob, float]]:
+        """Running jobs past their timeout, with how long they have run."""
+        with self._lock:
+            late = []
+            for job_id, started in self._started.items():
+                job = self._pending[job_id][0] if job_id in self._pending else None
+                if job is not None and job.timeout is not None and now - started > job.timeout:
+                    late.append((job, now - started))
+            return late
+
+    def abandon(self, job_id: int) -> None:
+        """Stop waiting for a running job: its thread runs on, its outcome is dropped."""
+        with self._lock:
+            self._pending.pop(job_id, None)
+            self._abandoned.add(job_id)
+
+    def cancel_waiting(self) -> list[int]:
+        """Withdraw the jobs that have not started; returns their ids."""
+        cancelled = []
+        with self._lock:
+            for job_id, (_job, future) in list(self._pending.items()):
+                if future.cancel():
+                    cancelled.append(job_id)
+                    del self._pending[job_id]
+        return cancelled
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

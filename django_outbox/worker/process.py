@@ -1,0 +1,62 @@
+"""Running workers as processes: one in this process, or N under a supervisor."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from django_outbox.worker.loop import Worker
+from django_outbox.worker.shutdown import graceful_signals
+from django_outbox.worker.supervisor import Supervisor
+
+logger = logging.getLogger("django_outbox.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    queues: list[str]
+    concurrency: int = 4
+    batch_size: int | None = None
+    burst: bool = False
+    shutdown_timeout: float = 30.0
+
+    def build(self, parent_pid: int | None = None) -> Worker:
+        return Worker(
+            queues=self.queues,
+            concurrency=self.concurrency,
+            batch_size=self.batch_size,
+            burst=self.burst,
+            shutdown_timeout=self.shutdown_timeout,
+            parent_pid=parent_pid,
+        )
+
+
+def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None = None) -> int:
+    """Run one worker in this process until it stops; returns the exit status.
+
+    ``report``, when given, receives the worker's statistics (a dict) when it stops.
+    """
+    worker = options.build(parent_pid)
+    with graceful_signals(worker.request_stop):
+        stats = worker.run()
+    if report is not None:
+        report.put(stats.as_dict())
+    if worker.abandoned:
+        # Threads still running jobs would keep the interpreter alive; their jobs stay
+        # leased until the lease runs out, then run again elsewhere.
+        logging.shutdown()
+        os._exit(1)
+    return 0
+
+
+def _child(options: WorkerOptions, report: Any, parent_pid: int) -> None:
+    raise SystemExit(run_here(options, report, parent_pid))
+
+
+def run(options: WorkerOptions, processes: int = 1, report: Any = None) -> int:
+    if processes == 1:
+        return run_here(options, report)
+    supervisor = Supervisor(processes, _child, (options, report), burst=options.burst)
+    return supervisor.run()

@@ -1,0 +1,115 @@
+"""Settings for the demo and the tests: SQLite by default, PostgreSQL with DATABASE_URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "django-outbox-demo-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_outbox",
+    "testproject.shop",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+WSGI_APPLICATION = None
+
+
+def database_from_url(url: str) -> dict:
+    """A DATABASES entry from ``postgres://user:password@host:port/name``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must start with postgres://, not {parts.scheme}://")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+    }
+
+
+SQLITE_DATABASE = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": os.environ.get("OUTBOX_SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+    # What django_outbox wants from SQLite (its system checks say so when these are missing):
+    # IMMEDIATE transactions take the write lock up front, so a transaction that reads then
+    # writes never fails with "database is locked"; WAL lets readers work while one writes;
+    # the timeout is how long a writer waits for the lock.
+    "OPTIONS": {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    },
+}
+
+DATABASES = {
+    "default": (
+        database_from_url(os.environ["DATABASE_URL"])
+        if os.environ.get("DATABASE_URL")
+        else SQLITE_DATABASE
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TASKS = {
+    "default": {
+        "BACKEND": "django_outbox.backend.OutboxBackend",
+        "QUEUES": ["default", "emails", "reports"],
+    }
+}
+
+OUTBOX: dict = {}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "django_outbox": {"handlers": ["console"], "level": "INFO"},
+        "django.tasks": {"handlers": ["console"], "level": "WARNING"},
+    },
+}

@@ -1,0 +1,37 @@
+"""Settings for the test suite: the demo project's, plus the tests' own app and knobs.
+
+Worker subprocesses started by the tests use these settings too; the test database's
+name reaches them through OUTBOX_TEST_DB_NAME.
+"""
+
+from __future__ import annotations
+
+import os
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import BASE_DIR, DATABASES, INSTALLED_APPS
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.apps.TestsConfig"]
+
+default: dict = DATABASES["default"]
+if default["ENGINE"].endswith("sqlite3"):
+    # A file, not :memory:, so worker subprocesses see the same database.
+    default["TEST"] = {"NAME": str(BASE_DIR / "test-outbox.sqlite3")}
+if os.environ.get("OUTBOX_TEST_DB_NAME"):
+    # A worker subprocess: talk to the database the test run created.
+    default["NAME"] = os.environ["OUTBOX_TEST_DB_NAME"]
+
+TASKS = {
+    "default": {
+        "BACKEND": "django_outbox.backend.OutboxBackend",
+        "QUEUES": ["default", "emails", "reports", "slow"],
+    }
+}
+
+OUTBOX = {
+    "POLL_INTERVAL": float(os.environ.get("OUTBOX_TEST_POLL_INTERVAL", "0.05")),
+    "LEASE_SECONDS": float(os.environ.get("OUTBOX_TEST_LEASE_SECONDS", "3")),
+    "HEARTBEAT_SECONDS": float(os.environ.get("OUTBOX_TEST_HEARTBEAT_SECONDS", "0.5")),
+}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
