@@ -37,7 +37,7 @@ class OutboxBackend(BaseTaskBackend):
             or task.max_attempts < 1
         ):
             raise InvalidTask(
-                f"max_attempts must be a whole number ≥ 1, not {task.max_attempts!r}."
+                f"max_attempts must be a whole number of at least 1, not {task.max_attempts!r}."
             )
         for name in ("timeout", "backoff_base", "backoff_cap"):
             value = getattr(task, name)

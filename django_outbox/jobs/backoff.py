@@ -15,7 +15,7 @@ def ceiling(attempt: int, base: float, cap: float) -> float:
     if attempt < 1:
         raise ValueError(f"attempt starts at 1, not {attempt}")
     # Cap the exponent before raising 2 to it, so attempt 10,000 does not overflow.
-    exponent = min(attempt - 1, 1024)
+    exponent = min(attempt - 1, 1023)
     return min(cap, base * 2.0**exponent)
 
 

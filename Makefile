@@ -1,0 +1,38 @@
+# django_outbox — `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## Show this help.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(PY):
+	@python=$$(scripts/find-python.sh) && echo "Using $$python" && $$python -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+
+install: $(PY) ## Create .venv (Python >= 3.12) and install the project with its dev extra.
+
+demo: $(PY) ## Run the demo on SQLite: enqueue jobs, run the worker, serve the admin (ARGS=--no-serve to stop after the summary).
+	$(PY) manage.py migrate --verbosity 0
+	$(PY) manage.py demo $(ARGS)
+
+test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL when reachable (ARGS for pytest).
+	VENV_PYTHON=$(PY) scripts/test.sh $(ARGS)
+
+lint: $(PY) ## ruff and mypy (with django-stubs).
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for PostgreSQL).
+	$(PY) manage.py migrate --verbosity 0
+	$(PY) manage.py outbox_bench drain $(ARGS)
+
+clean: ## Remove the venv and the demo's SQLite files.
+	rm -rf $(VENV) db.sqlite3* test-outbox.sqlite3*
+
+.PHONY: help install demo test lint bench clean

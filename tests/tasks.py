@@ -1,0 +1,97 @@
+"""Tasks the tests enqueue. Module level, as django.tasks requires."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from django.tasks import TaskContext, task
+from django.utils import timezone
+
+from tests.models import Execution, Once
+
+
+@task()
+def noop() -> None:
+    return None
+
+
+@task()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task()
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task()
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
+def always_fails(message: str) -> None:
+    raise ValueError(message)
+
+
+@task(takes_context=True, max_attempts=4, backoff_base=0.01, backoff_cap=0.02)
+def fails_then_succeeds(context: TaskContext, failures: int) -> int:
+    if context.attempt <= failures:
+        raise ConnectionError(f"attempt {context.attempt} fails")
+    return context.attempt
+
+
+@task(takes_context=True)
+def report_attempt(context: TaskContext) -> dict[str, Any]:
+    return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+@task(max_attempts=1)
+def raises_system_exit() -> None:
+    raise SystemExit(3)
+
+
+@task(max_attempts=1)
+def raises_keyboard_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+@task(max_attempts=1)
+def returns_object() -> object:
+    return object()
+
+
+@task(max_attempts=1)
+def record_once(key: str) -> str:
+    Once.objects.create(key=key)
+    return key
+
+
+@task(takes_context=True, queue_name="slow", max_attempts=5)
+def record_run(context: TaskContext, key: str, seconds: float = 0.0) -> str:
+    """Record the start of this run, sleep, record its end."""
+    execution = Execution.objects.create(
+        job_id=int(context.task_result.id),
+        attempt=context.attempt,
+        worker=context.task_result.worker_ids[-1],
+        key=key,
+        started=timezone.now(),
+    )
+    time.sleep(seconds)
+    execution.finished = timezone.now()
+    execution.save(update_fields=["finished"])
+    return key
+
+
+@task(timeout=0.2, max_attempts=1)
+def overruns(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@task(queue_name="emails")
+def email(to: str) -> str:
+    return to

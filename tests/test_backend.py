@@ -1,0 +1,197 @@
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from django_outbox.backend import OutboxBackend
+from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.models import Job, JobStatus
+from django_outbox.task import OutboxTask
+from tests import tasks
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_backend_says_what_it_supports():
+    backend = task_backends["default"]
+    assert isinstance(backend, OutboxBackend)
+    assert backend.supports_defer
+    assert backend.supports_priority
+    assert backend.supports_get_result
+    assert backend.supports_async_task
+
+
+def test_task_decorator_keywords_reach_the_task():
+    assert isinstance(tasks.always_fails, OutboxTask)
+    assert tasks.always_fails.max_attempts == 3
+    assert tasks.overruns.timeout == 0.2
+    assert tasks.always_fails.backoff_base == 0.01
+
+
+def test_enqueue_stores_a_queued_job_with_the_tasks_options():
+    result = tasks.add.using(priority=5, queue_name="emails").enqueue(2, b=3)
+    job = Job.objects.get(pk=int(result.id))
+    assert (job.task_path, job.queue, job.priority, job.status) == (
+        "tests.tasks.add",
+        "emails",
+        5,
+        JobStatus.QUEUED,
+    )
+    assert (job.args, job.kwargs) == ([2], {"b": 3})
+    assert result.status == TaskResultStatus.READY
+    assert result.task.func is tasks.add.func
+
+
+def test_per_task_options_and_defaults_are_stored():
+    failing = tasks.always_fails.enqueue("x")
+    plain = tasks.noop.enqueue()
+    job, plain_job = Job.objects.get(pk=failing.id), Job.objects.get(pk=plain.id)
+    assert (job.max_attempts, job.backoff_base, job.backoff_cap) == (3, 0.01, 0.02)
+    assert plain_job.max_attempts == 3  # OUTBOX["DEFAULT_MAX_ATTEMPTS"]
+    assert plain_job.timeout is None
+
+
+def test_a_rollback_enqueues_nothing():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.noop.enqueue()
+        raise RuntimeError("the view failed")
+    assert not Job.objects.exists()
+
+
+def test_run_after_as_datetime_or_delay():
+    at = timezone.now() + timedelta(hours=1)
+    by_time = tasks.noop.using(run_after=at).enqueue()
+    by_delay = tasks.noop.using(run_after=timedelta(minutes=10)).enqueue()
+    assert Job.objects.get(pk=by_time.id).run_at == at
+    delayed = Job.objects.get(pk=by_delay.id).run_at - timezone.now()
+    assert timedelta(minutes=9) < delayed <= timedelta(minutes=10)
+
+
+def test_naive_run_after_is_refused():
+    with pytest.raises(InvalidTask, match="aware datetime"):
+        tasks.noop.using(run_after=datetime(2030, 1, 1)).enqueue()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("priority", [101, -101, 1.5])
+def test_priority_out_of_range_is_refused(priority):
+    with pytest.raises(InvalidTask, match="priority must be a whole number between -100 and 100"):
+        tasks.noop.using(priority=priority).enqueue()
+    assert not Job.objects.exists()
+
+
+def test_unknown_queue_is_refused():
+    with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
+        tasks.noop.using(queue_name="nope").enqueue()
+    assert not Job.objects.exists()
+
+
+def test_a_task_defined_inside_a_function_is_refused():
+    with pytest.raises(InvalidTask, match="module level"):
+
+        @task()
+        def inner() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_attempts": 0}, "max_attempts must be a whole number of at least 1"),
+        ({"timeout": -1}, "timeout must be a number of seconds above 0"),
+        ({"backoff_base": 10, "backoff_cap": 1}, "backoff_cap must not be below backoff_base"),
+    ],
+)
+def test_bad_task_options_are_refused(options, message):
+    with pytest.raises(InvalidTask, match=message):
+        tasks.noop.using(**options)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [timezone.now(), object(), {1, 2}, float("nan"), b"\xff"],
+    ids=["datetime", "object", "set", "nan", "binary"],
+)
+def test_arguments_json_cannot_hold_are_refused_and_nothing_is_stored(bad):
+    tasks.noop.enqueue()
+    with pytest.raises(InvalidTaskArguments, match="must be JSON-serialisable"):
+        tasks.echo.enqueue(bad)
+    with pytest.raises(InvalidTaskArguments):
+        tasks.echo.enqueue(value={"nested": [bad]})
+    assert Job.objects.count() == 1
+
+
+def test_tuples_arrive_as_lists():
+    result = tasks.echo.enqueue((1, 2), pair=("a", "b"))
+    job = Job.objects.get(pk=result.id)
+    assert job.args == [[1, 2]] and job.kwargs == {"pair": ["a", "b"]}
+
+
+def test_task_enqueued_signal_is_sent():
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        result = tasks.noop.enqueue()
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [result.id]
+
+
+def test_get_result_of_unknown_ids():
+    for bad in ["999999", "not-a-number", ""]:
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(bad)
+
+
+def test_get_result_shows_the_stored_state(job_factory):
+    job = job_factory(
+        task_path="tests.tasks.add",
+        status=JobStatus.FAILED,
+        worker_ids=["w1", "w2"],
+        errors=[
+            {
+                "exception_class_path": "builtins.ValueError",
+                "traceback": "Traceback...\nValueError: x",
+            }
+        ],
+    )
+    result = tasks.add.get_result(str(job.pk))
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 2
+    assert result.errors[0].exception_class is ValueError
+    assert "ValueError: x" in result.errors[0].traceback
+
+
+def test_aenqueue_and_aget_result():
+    async def enqueue_then_fetch():
+        result = await tasks.add.aenqueue(1, 2)
+        return await tasks.add.aget_result(result.id)
+
+    fetched = async_to_sync(enqueue_then_fetch)()
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.args == [1, 2]
+
+
+def test_importing_the_backend_does_not_import_models():
+    code = (
+        "import sys, django.conf;"
+        "django.conf.settings.configure();"
+        "import django_outbox.backend;"
+        "assert 'django_outbox.models' not in sys.modules, 'models imported';"
+        "print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert out.stdout.strip() == "ok", out.stderr

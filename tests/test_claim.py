@@ -1,0 +1,92 @@
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_outbox.jobs.claim import claim
+from django_outbox.models import Job, JobStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def test_claims_due_jobs_in_priority_then_time_then_id_order(job_factory):
+    now = timezone.now()
+    late_low = job_factory(priority=0, run_at=now - timedelta(seconds=1))
+    early_low = job_factory(priority=0, run_at=now - timedelta(seconds=5))
+    high = job_factory(priority=10, run_at=now - timedelta(seconds=1))
+    job_factory(priority=100, run_at=now + timedelta(hours=1))  # not due yet
+    job_factory(priority=100, queue="emails")  # another queue
+    claimed = claim("w1", ["default"], 10, 30)
+    assert [job.id for job in claimed] == [high.pk, early_low.pk, late_low.pk]
+
+
+def test_a_claim_leases_the_jobs_in_one_statement(job_factory):
+    job_factory.create_batch(5)
+    with CaptureQueriesContext(connection) as queries:
+        claimed = claim("w1", ["default"], 3, 30)
+    assert len(queries.captured_queries) == 1
+    assert len(claimed) == 3
+    rows = Job.objects.filter(status=JobStatus.RUNNING)
+    assert rows.count() == 3
+    for job in rows:
+        assert job.worker_id == "w1"
+        assert job.attempts == 1 and job.worker_ids == ["w1"]
+        assert timedelta(seconds=25) < job.lease_until - timezone.now() <= timedelta(seconds=30)
+        assert job.started_at is not None
+    assert Job.objects.filter(status=JobStatus.QUEUED).count() == 2
+
+
+def test_a_second_attempt_keeps_its_first_start_and_adds_the_worker(job_factory):
+    first_start = timezone.now() - timedelta(minutes=5)
+    job_factory(attempts=1, worker_ids=["w0"], started_at=first_start)
+    (claimed,) = claim("w1", ["default"], 1, 30)
+    assert claimed.attempts == 2 and claimed.worker_ids == ["w0", "w1"]
+    assert claimed.started_at == first_start
+
+
+def test_nothing_due_claims_nothing(job_factory):
+    job_factory(run_at=timezone.now() + timedelta(minutes=1))
+    job_factory(status=JobStatus.SUCCEEDED)
+    assert claim("w1", ["default"], 10, 30) == []
+    assert claim("w1", [], 10, 30) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks are PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_rows_locked_by_another_transaction_are_skipped_not_waited_for(job_factory):
+    first, second = job_factory.create_batch(2)
+    locked = threading.Event()
+    release = threading.Event()
+
+    def hold_lock():
+        with transaction.atomic():
+            Job.objects.select_for_update().get(pk=first.pk)
+            locked.set()
+            release.wait(10)
+        connections.close_all()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        claimed = claim("w1", ["default"], 10, 30)
+        assert [job.id for job in claimed] == [second.pk]
+    finally:
+        release.set()
+        holder.join()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="EXPLAIN output is PostgreSQL's")
+def test_the_claim_reads_the_partial_claim_index(job_factory):
+    Job.objects.bulk_create(
+        [Job(task_path="tests.tasks.noop", status=JobStatus.SUCCEEDED) for _ in range(5000)]
+        + [Job(task_path="tests.tasks.noop") for _ in range(50)]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_outbox_job")
+    due = Job.objects.due(["default"], timezone.now()).values("id")[:10]
+    plan = due.explain()
+    assert "outbox_job_claim" in plan, plan

@@ -1,0 +1,56 @@
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_outbox.jobs.claim import claim
+from django_outbox.jobs.complete import Outcome, complete
+from django_outbox.models import Job, JobStatus
+
+pytestmark = pytest.mark.django_db
+
+ERROR = {"exception_class_path": "builtins.ValueError", "traceback": "ValueError: boom"}
+
+
+def test_one_update_per_outcome_for_the_whole_batch(job_factory):
+    job_factory.create_batch(30, max_attempts=2)
+    first, second, third = (claim("w1", ["default"], 10, 30) for _ in range(3))
+    outcomes = [Outcome(job, succeeded=True, return_value={"n": job.id}) for job in first]
+    outcomes += [Outcome(job, succeeded=False, error=ERROR) for job in second]  # will retry
+    for job in third:
+        job.attempts = job.max_attempts  # last attempt: these fail for good
+    outcomes += [Outcome(job, succeeded=False, error=ERROR) for job in third]
+    with CaptureQueriesContext(connection) as queries:
+        stored = complete("w1", outcomes)
+    assert stored == 30
+    assert len(queries.captured_queries) == 3
+
+    succeeded = Job.objects.filter(pk__in=[j.id for j in first])
+    assert all(j.status == JobStatus.SUCCEEDED and j.return_value == {"n": j.pk} for j in succeeded)
+    assert all(j.finished_at and j.lease_until is None for j in succeeded)
+    retried = Job.objects.filter(pk__in=[j.id for j in second])
+    assert all(j.status == JobStatus.QUEUED and j.run_at > timezone.now() for j in retried)
+    assert all(j.errors == [ERROR] and j.worker_id is None for j in retried)
+    failed = Job.objects.filter(pk__in=[j.id for j in third])
+    assert all(j.status == JobStatus.FAILED and j.errors == [ERROR] for j in failed)
+
+
+def test_retry_waits_a_backoff_below_the_ceiling(job_factory):
+    job_factory(backoff_base=10, backoff_cap=20, max_attempts=5)
+    (job,) = claim("w1", ["default"], 1, 30)
+    outcome = Outcome(job, succeeded=False, error=ERROR)
+    complete("w1", [outcome])
+    wait = Job.objects.get(pk=job.id).run_at - outcome.finished_at
+    assert timedelta(0) < wait <= timedelta(seconds=10)  # attempt 1: ceiling = base
+
+
+def test_a_result_after_a_lost_lease_is_dropped(job_factory):
+    job_factory()
+    (job,) = claim("w1", ["default"], 1, 30)
+    # Meanwhile the lease ran out and another worker took the job.
+    Job.objects.filter(pk=job.id).update(worker_id="w2")
+    assert complete("w1", [Outcome(job, succeeded=True, return_value=1)]) == 0
+    stored = Job.objects.get(pk=job.id)
+    assert stored.status == JobStatus.RUNNING and stored.worker_id == "w2"

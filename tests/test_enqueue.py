@@ -1,0 +1,49 @@
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+import django_outbox
+from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.models import Job
+from tests import tasks
+
+pytestmark = pytest.mark.django_db
+
+
+def inserts(queries):
+    return [q for q in queries if q["sql"].lstrip().upper().startswith("INSERT")]
+
+
+def test_enqueue_many_uses_one_insert_per_thousand_rows():
+    with CaptureQueriesContext(connection) as queries:
+        results = django_outbox.enqueue_many(tasks.add, [((i, i), {}) for i in range(2500)])
+    assert len(inserts(queries.captured_queries)) == 3
+    assert len(results) == 2500
+    assert sorted(Job.objects.values_list("args", flat=True))[:2] == [[0, 0], [1, 1]]
+    assert {r.id for r in results} == {str(pk) for pk in Job.objects.values_list("pk", flat=True)}
+
+
+def test_enqueue_many_is_all_or_nothing():
+    calls = [((1, 2), {})] * 1500 + [((object(), 2), {})]
+    with pytest.raises(InvalidTaskArguments):
+        django_outbox.enqueue_many(tasks.add, calls)
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many_refuses_items_that_are_not_pairs():
+    with pytest.raises(InvalidTaskArguments, match=r"item 1 is \(1, 2, 3\)"):
+        django_outbox.enqueue_many(tasks.add, [((1, 2), {}), (1, 2, 3)])
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many_joins_the_callers_transaction():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        django_outbox.enqueue_many(tasks.noop, [((), {})] * 10)
+        raise RuntimeError("rolled back")
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many_validates_the_task_first():
+    with pytest.raises(Exception, match="Queue 'nope' is not valid"):
+        django_outbox.enqueue_many(tasks.noop.using(queue_name="nope"), [((), {})])
+    assert not Job.objects.exists()
