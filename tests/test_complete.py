@@ -31,7 +31,8 @@ def test_one_update_per_outcome_for_the_whole_batch(job_factory):
     assert all(j.status == JobStatus.SUCCEEDED and j.return_value == {"n": j.pk} for j in succeeded)
     assert all(j.finished_at and j.lease_until is None for j in succeeded)
     retried = Job.objects.filter(pk__in=[j.id for j in second])
-    assert all(j.status == JobStatus.QUEUED and j.run_at > timezone.now() for j in retried)
+    finished = {o.job.id: o.finished_at for o in outcomes}
+    assert all(j.status == JobStatus.QUEUED and j.run_at > finished[j.pk] for j in retried)
     assert all(j.errors == [ERROR] and j.worker_id is None for j in retried)
     failed = Job.objects.filter(pk__in=[j.id for j in third])
     assert all(j.status == JobStatus.FAILED and j.errors == [ERROR] for j in failed)

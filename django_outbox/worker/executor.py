@@ -7,7 +7,7 @@ from functools import lru_cache
 from traceback import format_exception
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import connections
 from django.tasks import Task, TaskContext
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
@@ -47,10 +47,29 @@ def running_result(task: Task, job: ClaimedJob) -> Any:
     )
 
 
+def tidy_connections() -> None:
+    """Keep this thread's database connections between jobs, unless one is broken.
+
+    Unlike a request, a job thread lives as long as its worker: opening a new connection
+    for every job (what CONN_MAX_AGE = 0 means for requests) would cost more than most
+    jobs. A connection that saw an error and no longer answers, or that a job left
+    outside autocommit, is closed so the next job starts clean.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+            conn.close()
+        elif conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
+
+
 def execute(job: ClaimedJob) -> Outcome:
     """Run ``job``; every exception, SystemExit and KeyboardInterrupt included, fails the
     job and never the worker."""
-    close_old_connections()
     try:
         task = cached_task(job.task_path)
         result = running_result(task, job)
@@ -63,7 +82,7 @@ def execute(job: ClaimedJob) -> Outcome:
     except BaseException as exc:
         return Outcome(job, succeeded=False, error=error_record(exc))
     finally:
-        close_old_connections()
+        tidy_connections()
 
 
 def json_return_value(job: ClaimedJob, value: Any) -> Any:

@@ -1,0 +1,37 @@
+"""The demo command end to end, small: enqueue through the views, drain, summarise."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from django_outbox.models import Job, JobStatus
+from testproject.shop.models import Customer, Order
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_enqueues_through_the_views_and_finishes_every_job() -> None:
+    out = StringIO()
+    call_command("demo", "--no-serve", "--customers", "20", "--orders", "10", stdout=out)
+    text = out.getvalue()
+
+    assert Customer.objects.count() == 20
+    assert Order.objects.count() == 10
+    assert Job.objects.count() == 30
+    assert not Job.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).exists()
+    # One order in 25, at least one, is over 900: its invoice fails all 3 attempts.
+    failed = Job.objects.filter(status=JobStatus.FAILED, task_path__endswith="render_invoice")
+    assert failed.count() == 1
+    assert failed.get().attempts == 3
+    assert (
+        Customer.objects.filter(welcomed_at__isnull=True).count()
+        == Job.objects.filter(task_path__endswith="send_welcome", status=JobStatus.FAILED).count()
+    )
+
+    assert text.count("(nothing enqueued)") == 2
+    assert "cannot render an invoice over 900" in text
+    assert "30 jobs finished" in text
+    assert get_user_model().objects.get(username="admin").is_superuser

@@ -1,0 +1,122 @@
+"""Real ``runworker`` processes against the test database, and real signals."""
+
+import signal
+import time
+
+import pytest
+from django.test import Client
+
+import django_outbox
+from django_outbox.models import Job, JobStatus, Worker
+from testproject.shop.models import Customer, Order
+from tests import tasks
+from tests.conftest import wait_until
+from tests.models import Execution, Once
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_2000_jobs_through_2_processes_of_4_threads_each_run_exactly_once(start_worker):
+    django_outbox.enqueue_many(tasks.record_once, [((f"key-{i}",), {}) for i in range(2000)])
+    worker = start_worker("--processes", "2", "--concurrency", "4", "--burst")
+    assert worker.wait(timeout=240) == 0, worker.log()
+    assert Once.objects.count() == 2000
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 2000
+    assert not Job.objects.filter(attempts__gt=1).exists()
+    assert len({w for ids in Job.objects.values_list("worker_ids", flat=True) for w in ids}) == 2
+
+
+def test_a_request_enqueues_in_its_transaction_and_a_worker_runs_the_job(start_worker):
+    client = Client()
+    assert client.post("/signup/", {"email": "ada@example.com"}).status_code == 201
+    assert client.post("/signup/", {"email": "ada@example.com"}).status_code == 409
+    assert Job.objects.count() == 1  # the refused signup enqueued nothing
+    response = client.post("/orders/", {"email": "ada@example.com", "amount": "12.50"})
+    assert response.status_code == 201
+    worker = start_worker("--queues", "reports", "--burst")
+    assert worker.wait() == 0, worker.log()
+    order = Order.objects.get()
+    assert order.invoice_number == f"INV-{order.pk:06d}"
+    assert Customer.objects.get().welcomed_at is None  # the emails queue was not asked for
+
+
+def test_kill_9_mid_job_runs_the_job_again_after_its_lease_and_loses_nothing(start_worker):
+    victim = tasks.record_run.enqueue("victim", seconds=1.0)
+    # At least once: jobs the dead worker ran but had not yet recorded run again, so the
+    # others are idempotent here.
+    others = django_outbox.enqueue_many(tasks.add, [((i, 1), {}) for i in range(50)])
+    first = start_worker("--concurrency", "2")
+    wait_until(lambda: Execution.objects.filter(key="victim").exists(), what="the victim to start")
+    first.send(signal.SIGKILL)
+    first.wait()
+    lease_at_kill = Job.objects.get(pk=victim.id).lease_until
+    assert Job.objects.get(pk=victim.id).status == JobStatus.RUNNING
+
+    second = start_worker("--concurrency", "2")
+    wait_until(
+        lambda: Job.objects.get(pk=victim.id).status == JobStatus.SUCCEEDED,
+        what="the victim to run again",
+    )
+    runs = list(Execution.objects.filter(key="victim").order_by("attempt"))
+    assert [(r.attempt, r.finished is not None) for r in runs] == [(1, False), (2, True)]
+    assert runs[1].started >= lease_at_kill  # not before the dead worker's lease ran out
+    job = Job.objects.get(pk=victim.id)
+    assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.WorkerLost"
+    wait_until(
+        lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 51,
+        what="every other job to succeed",
+    )
+    assert sorted(
+        Job.objects.filter(task_path="tests.tasks.add").values_list("return_value", flat=True)
+    ) == [i + 1 for i in range(len(others))]
+    second.send(signal.SIGTERM)
+    assert second.wait() == 0
+
+
+def test_sigterm_lets_the_running_job_finish_and_puts_unstarted_ones_back(start_worker):
+    jobs = django_outbox.enqueue_many(tasks.record_run, [(("drain",), {"seconds": 1.5})] * 4)
+    worker = start_worker("--concurrency", "1", "--batch-size", "4", "--queues", "slow")
+    wait_until(lambda: Execution.objects.exists(), what="the first job to start")
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
+    statuses = sorted(Job.objects.values_list("status", "attempts"))
+    assert statuses == [("queued", 0)] * 3 + [("succeeded", 1)]
+    assert Execution.objects.get().finished is not None
+    log = worker.log()
+    assert "received SIGTERM" in log
+    assert "put 3 claimed, unstarted jobs back" in log
+    assert len(jobs) == 4
+
+
+def test_a_second_sigint_exits_at_once_and_leaves_the_job_leased(start_worker):
+    result = tasks.record_run.enqueue("long", seconds=30)
+    worker = start_worker("--queues", "slow")
+    wait_until(lambda: Execution.objects.exists(), what="the job to start")
+    started = time.monotonic()
+    worker.send(signal.SIGINT)
+    time.sleep(0.3)
+    worker.send(signal.SIGINT)
+    assert worker.wait(timeout=10) == 130
+    assert time.monotonic() - started < 5
+    assert Job.objects.get(pk=result.id).status == JobStatus.RUNNING
+    assert "second SIGINT: exiting now" in worker.log()
+
+
+def test_the_supervisor_replaces_a_worker_process_that_dies(start_worker):
+    supervisor = start_worker("--processes", "2")
+    wait_until(lambda: Worker.objects.filter(stopped_at=None).count() == 2, what="2 workers")
+    victim = Worker.objects.filter(stopped_at=None).first()
+    import os
+
+    os.kill(victim.pid, signal.SIGKILL)
+    wait_until(lambda: Worker.objects.count() == 3, what="a replacement worker")
+    result = tasks.add.enqueue(20, 22)
+    wait_until(
+        lambda: Job.objects.get(pk=result.id).status == JobStatus.SUCCEEDED,
+        what="the replacement fleet to run a job",
+    )
+    supervisor.send(signal.SIGTERM)
+    assert supervisor.wait() == 0, supervisor.log()
+    assert "exited with -9; starting another" in supervisor.log()
+    alive_after_stop = Worker.objects.filter(stopped_at=None).exclude(pk=victim.pk)
+    assert not alive_after_stop.exists()  # both live ones said goodbye

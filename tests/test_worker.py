@@ -1,0 +1,174 @@
+"""The worker loop, run in this process until nothing is due."""
+
+from datetime import timedelta
+
+import pytest
+from django.tasks import TaskResultStatus
+from django.tasks.signals import task_finished, task_started
+from django.utils import timezone
+
+import django_outbox
+from django_outbox.models import Job, JobStatus
+from django_outbox.worker import Worker
+from tests import tasks
+
+
+def job_of(result):
+    return Job.objects.get(pk=int(result.id))
+
+
+def test_runs_jobs_and_stores_their_results(run_worker):
+    results = [tasks.add.enqueue(i, 1) for i in range(20)]
+    stats = run_worker()
+    assert stats.succeeded == 20
+    for i, result in enumerate(results):
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL
+        assert result.return_value == i + 1
+        assert result.attempts == 1 and result.finished_at is not None
+
+
+def test_async_tasks_run(run_worker):
+    result = tasks.async_add.enqueue(2, 3)
+    run_worker()
+    assert tasks.async_add.get_result(result.id).return_value == 5
+
+
+def test_context_attempt_starts_at_one_and_counts_retries(run_worker):
+    first = tasks.report_attempt.enqueue()
+    retried = tasks.fails_then_succeeds.enqueue(failures=2)
+    run_worker()
+    assert tasks.report_attempt.get_result(first.id).return_value == {
+        "attempt": 1,
+        "id": first.id,
+    }
+    # Retries wait out a (short) backoff; burst leaves when nothing is due, so go again.
+    for _ in range(20):
+        if job_of(retried).status != JobStatus.QUEUED:
+            break
+        run_worker()
+    result = tasks.fails_then_succeeds.get_result(retried.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 3
+    assert [e.exception_class for e in result.errors] == [ConnectionError, ConnectionError]
+
+
+def test_a_failing_job_is_retried_then_failed_with_its_tracebacks(run_worker):
+    result = tasks.always_fails.enqueue("no luck")
+    for _ in range(20):
+        run_worker()
+        if job_of(result).status == JobStatus.FAILED:
+            break
+    result = tasks.always_fails.get_result(result.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 3
+    assert len(result.errors) == 3
+    assert all(e.exception_class is ValueError for e in result.errors)
+    assert "ValueError: no luck" in result.errors[-1].traceback
+    assert 'File "' in result.errors[-1].traceback  # a real traceback, not just the message
+
+
+@pytest.mark.parametrize(
+    ("task", "exception"),
+    [
+        (tasks.raises_system_exit, "builtins.SystemExit"),
+        (tasks.raises_keyboard_interrupt, "builtins.KeyboardInterrupt"),
+    ],
+)
+def test_system_exit_and_keyboard_interrupt_fail_the_job_not_the_worker(
+    run_worker, task, exception
+):
+    bad = task.enqueue()
+    good = tasks.add.enqueue(1, 1)
+    stats = run_worker(concurrency=1)
+    assert stats.failed == 1 and stats.succeeded == 1
+    assert job_of(bad).status == JobStatus.FAILED
+    assert job_of(bad).errors[0]["exception_class_path"] == exception
+    assert job_of(good).return_value == 2
+
+
+def test_a_task_path_that_no_longer_imports_fails_clearly_and_the_worker_goes_on(run_worker):
+    good = tasks.add.enqueue(2, 2)
+    gone = Job.objects.create(task_path="tests.tasks.renamed_long_ago", max_attempts=1)
+    not_a_task = Job.objects.create(task_path="tests.tasks.timezone", max_attempts=1)
+    run_worker()
+    gone.refresh_from_db()
+    assert gone.status == JobStatus.FAILED
+    assert gone.errors[0]["exception_class_path"] == "django_outbox.exceptions.TaskNotFound"
+    assert "'tests.tasks.renamed_long_ago' could not be imported" in gone.errors[0]["traceback"]
+    not_a_task.refresh_from_db()
+    assert "is a module, not a task" in not_a_task.errors[0]["traceback"]
+    assert job_of(good).return_value == 4
+
+
+def test_a_return_value_json_cannot_hold_fails_the_job(run_worker):
+    result = tasks.returns_object.enqueue()
+    run_worker()
+    job = job_of(result)
+    assert job.status == JobStatus.FAILED
+    assert "returned a value JSON cannot hold" in job.errors[0]["traceback"]
+
+
+def test_a_job_over_its_timeout_is_failed_without_waiting_for_it(run_worker):
+    result = tasks.overruns.enqueue(1.5)
+    quick = tasks.add.enqueue(1, 2)
+    started = timezone.now()
+    run_worker(concurrency=2, shutdown_timeout=0)
+    job = job_of(result)
+    assert job.status == JobStatus.FAILED
+    assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
+    assert job.finished_at - started < timedelta(seconds=1.2)
+    assert job_of(quick).status == JobStatus.SUCCEEDED
+
+
+def test_delayed_jobs_do_not_run_early(run_worker):
+    later = tasks.noop.using(run_after=timedelta(hours=1)).enqueue()
+    now = tasks.noop.enqueue()
+    run_worker()
+    assert job_of(now).status == JobStatus.SUCCEEDED
+    assert job_of(later).status == JobStatus.QUEUED and job_of(later).attempts == 0
+
+
+def test_higher_priority_runs_first(run_worker):
+    low = django_outbox.enqueue_many(tasks.noop.using(priority=-5), [((), {})] * 5)
+    high = django_outbox.enqueue_many(tasks.noop.using(priority=50), [((), {})] * 5)
+    run_worker(concurrency=1, batch_size=1)
+    finished = list(Job.objects.order_by("finished_at", "id").values_list("pk", flat=True))
+    assert finished == [int(r.id) for r in high] + [int(r.id) for r in low]
+
+
+def test_lifecycle_signals_are_sent(run_worker):
+    seen = []
+
+    def on_started(sender, task_result, **kwargs):
+        seen.append(("started", task_result.id, task_result.status))
+
+    def on_finished(sender, task_result, **kwargs):
+        seen.append(("finished", task_result.id, task_result.status))
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        ok = tasks.noop.enqueue()
+        run_worker()
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
+    assert seen == [
+        ("started", ok.id, TaskResultStatus.RUNNING),
+        ("finished", ok.id, TaskResultStatus.SUCCESSFUL),
+    ]
+
+
+def test_batches_keep_statements_per_job_low(run_worker):
+    django_outbox.enqueue_many(tasks.noop, [((), {})] * 400)
+    stats = run_worker(concurrency=4, batch_size=40)
+    assert stats.succeeded == 400
+    assert stats.statements / stats.succeeded < 0.25
+
+
+def test_bad_worker_options_are_refused():
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
+        Worker(queues=["default"], concurrency=0)
+    with pytest.raises(ValueError, match="at least one queue"):
+        Worker(queues=[])
