@@ -3,7 +3,6 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from django_outbox.jobs.claim import claim
 from django_outbox.jobs.complete import Outcome, complete
