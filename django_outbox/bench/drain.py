@@ -1,0 +1,95 @@
+"""The drain benchmark: enqueue N no-op jobs, then time workers emptying the queue."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+import django_outbox
+from django_outbox.models import Job, JobStatus
+from django_outbox.worker.process import WorkerOptions, run
+
+#: Jobs enqueued one at a time to measure single enqueues (then deleted).
+SINGLE_ENQUEUES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DrainFigures:
+    database: str
+    jobs: int
+    processes: int
+    concurrency: int
+    batch_size: int
+    single_enqueue_per_s: float
+    bulk_enqueue_per_s: float
+    drain_seconds: float
+    drain_per_s: float
+    statements: int
+    statements_per_job: float
+    succeeded: int
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [
+            ("database", self.database),
+            ("shape", f"{self.processes} processes x {self.concurrency} threads"),
+            ("batch size", str(self.batch_size)),
+            ("jobs", f"{self.jobs:,}"),
+            ("enqueue, one at a time", f"{self.single_enqueue_per_s:,.0f} jobs/s"),
+            ("enqueue, enqueue_many", f"{self.bulk_enqueue_per_s:,.0f} jobs/s"),
+            ("drain", f"{self.drain_per_s:,.0f} jobs/s ({self.drain_seconds:.2f} s)"),
+            ("worker statements", f"{self.statements:,}"),
+            ("statements per job", f"{self.statements_per_job:.3f}"),
+            ("succeeded", f"{self.succeeded:,} of {self.jobs:,}"),
+        ]
+
+
+def drain(
+    *, jobs: int, processes: int, concurrency: int, batch_size: int | None, queue: str
+) -> DrainFigures:
+    from django_outbox.bench.tasks import noop
+
+    task = noop.using(queue_name=queue)
+    bench_jobs = Job.objects.filter(task_path=noop.module_path)
+    bench_jobs.delete()
+
+    singles = min(SINGLE_ENQUEUES, jobs)
+    started = time.perf_counter()
+    for _ in range(singles):
+        task.enqueue()
+    single_rate = singles / (time.perf_counter() - started)
+    bench_jobs.delete()
+
+    started = time.perf_counter()
+    django_outbox.enqueue_many(task, [((), {})] * jobs)
+    bulk_rate = jobs / (time.perf_counter() - started)
+
+    options = WorkerOptions(
+        queues=[queue], concurrency=concurrency, batch_size=batch_size, burst=True
+    )
+    reports: Any = multiprocessing.get_context("fork").Queue()
+    started = time.perf_counter()
+    run(options, processes=processes, report=reports)
+    seconds = time.perf_counter() - started
+    stats = [reports.get(timeout=10) for _ in range(processes)]
+
+    statements = sum(s["statements"] for s in stats)
+    succeeded = bench_jobs.filter(status=JobStatus.SUCCEEDED).count()
+    bench_jobs.delete()
+    return DrainFigures(
+        database=connection.vendor,
+        jobs=jobs,
+        processes=processes,
+        concurrency=concurrency,
+        batch_size=options.build().batch_size if batch_size is None else batch_size,
+        single_enqueue_per_s=single_rate,
+        bulk_enqueue_per_s=bulk_rate,
+        drain_seconds=seconds,
+        drain_per_s=jobs / seconds,
+        statements=statements,
+        statements_per_job=statements / jobs,
+        succeeded=succeeded,
+    )
