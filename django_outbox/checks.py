@@ -32,8 +32,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     ]
 
 
-def sqlite_checks(alias: str) -> list[checks.CheckMessage]:
-    database: dict[str, Any] = settings.DATABASES[alias]
+def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[checks.CheckMessage]:
+    """Warnings for a SQLite database (``settings.DATABASES[alias]`` unless given)."""
+    if database is None:
+        database = settings.DATABASES[alias]
     if "sqlite3" not in database.get("ENGINE", ""):
         return []
     options = database.get("OPTIONS", {})

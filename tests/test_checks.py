@@ -1,0 +1,78 @@
+import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.tasks import task_backends
+from django.test import override_settings
+
+from django_outbox import conf
+from django_outbox.checks import sqlite_checks
+
+pytestmark = pytest.mark.django_db  # model checks ask SQLite about JSON support
+
+GOOD_SQLITE = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": "x.sqlite3",
+    "OPTIONS": {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode = WAL",
+    },
+}
+
+
+def outbox_errors():
+    return [m for m in checks.run_checks() if m.id == "django_outbox.E001"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"POLL_INTERVAL": "fast"}, "OUTBOX['POLL_INTERVAL'] must be a float, not 'fast'."),
+        ({"LEASE_SECONDS": 0}, "OUTBOX['LEASE_SECONDS'] must be greater than 0, not 0."),
+        ({"DEFAULT_MAX_ATTEMPTS": 2.5}, "OUTBOX['DEFAULT_MAX_ATTEMPTS'] must be a int"),
+        ({"DEFAULT_MAX_ATTEMPTS": True}, "must be a int, not True"),
+        ({"POLL": 1}, "OUTBOX['POLL'] is not a known setting"),
+        ({"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 5}, "must be shorter than"),
+        ({"BACKOFF_BASE": 10, "BACKOFF_CAP": 1}, "must not be below OUTBOX['BACKOFF_BASE']"),
+        ([("POLL_INTERVAL", 1)], "OUTBOX must be a dict, not list."),
+    ],
+)
+def test_a_bad_outbox_setting_is_a_system_check_error_and_refused_at_use(value, message):
+    with override_settings(OUTBOX=value):
+        errors = outbox_errors()
+        assert len(errors) == 1 and message in errors[0].msg
+        with pytest.raises(ImproperlyConfigured, match="OUTBOX"):
+            conf.get()
+
+
+def test_good_settings_pass_and_overrides_take_effect():
+    assert outbox_errors() == []
+    with override_settings(OUTBOX={"POLL_INTERVAL": 2, "DEFAULT_MAX_ATTEMPTS": 7}):
+        assert conf.get().POLL_INTERVAL == 2.0 and conf.get().DEFAULT_MAX_ATTEMPTS == 7
+        assert conf.get().LEASE_SECONDS == 30.0  # defaults fill the rest
+    assert conf.get().DEFAULT_MAX_ATTEMPTS == 3
+
+
+def test_a_well_configured_sqlite_database_gets_no_warning():
+    assert sqlite_checks("default", GOOD_SQLITE) == []
+    assert sqlite_checks("default", {"ENGINE": "django.db.backends.postgresql"}) == []
+
+
+@pytest.mark.parametrize(
+    ("missing", "check_id"),
+    [
+        ("transaction_mode", "django_outbox.W001"),
+        ("init_command", "django_outbox.W002"),
+        ("timeout", "django_outbox.W003"),
+    ],
+)
+def test_sqlite_without_the_recommended_options_is_warned_about(missing, check_id):
+    options = {k: v for k, v in GOOD_SQLITE["OPTIONS"].items() if k != missing}
+    messages = sqlite_checks("default", GOOD_SQLITE | {"OPTIONS": options})
+    assert [m.id for m in messages] == [check_id]
+    assert "docs/settings.md" in messages[0].hint
+
+
+def test_the_backend_check_reports_the_database_it_uses():
+    # The test settings follow the recommendations, so the backend has nothing to say.
+    assert task_backends["default"].check() == []
