@@ -34,11 +34,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[checks.CheckMessage]:
     """Warnings for a SQLite database (``settings.DATABASES[alias]`` unless given)."""
-    if database is None:
-        database = settings.DATABASES[alias]
-    if "sqlite3" not in database.get("ENGINE", ""):
+    chosen: dict[str, Any] = settings.DATABASES[alias] if database is None else database
+    if "sqlite3" not in chosen.get("ENGINE", ""):
         return []
-    options = database.get("OPTIONS", {})
+    options: dict[str, Any] = chosen.get("OPTIONS", {})
     where = f"settings.DATABASES[{alias!r}]"
     messages: list[checks.CheckMessage] = []
     if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
