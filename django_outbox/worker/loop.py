@@ -142,6 +142,10 @@ class Worker:
             if claimed:
                 continue
             if self.burst:
+                # Look once more, whatever the poll timer says, before leaving.
+                self._next_claim = 0.0
+                if self._refill():
+                    continue
                 logger.info("worker %s: nothing is due; leaving (burst)", self.id)
                 return
             now = time.monotonic()
@@ -159,7 +163,8 @@ class Worker:
         jobs = self._db(
             lambda: claim.claim(self.id, self.queues, want, self.settings.LEASE_SECONDS)
         )
-        if jobs is None:
+        if jobs is None:  # the database is unreachable: try again when _db allows
+            self._next_claim = max(now + self.settings.POLL_INTERVAL, self._db_ok_after)
             return 0
         for job in jobs:
             self.pool.submit(job)
