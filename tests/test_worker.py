@@ -172,3 +172,31 @@ def test_bad_worker_options_are_refused():
         Worker(queues=["default"], concurrency=0)
     with pytest.raises(ValueError, match="at least one queue"):
         Worker(queues=[])
+
+
+def test_after_heartbeats_failed_only_results_still_leased_are_written(run_worker):
+    kept, taken = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
+    worker = Worker(queues=["default"])
+    from django_outbox.jobs.claim import claim
+    from django_outbox.jobs.complete import Outcome
+
+    claimed = claim(worker.id, ["default"], 2, 30)
+    # The database was away longer than a lease; another worker took one job back.
+    Job.objects.filter(pk=taken.id).update(worker_id="someone-else")
+    worker._leases_renewed_at -= 3600
+    finished = []
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append(task_result.id)
+
+    task_finished.connect(on_finished)
+    try:
+        worker._unflushed = [Outcome(job, succeeded=True, return_value=0) for job in claimed]
+        worker._flush()
+    finally:
+        task_finished.disconnect(on_finished)
+        worker.pool.shutdown()
+    assert (worker.stats.succeeded, worker.stats.lost) == (1, 1)
+    assert finished == [kept.id]
+    assert job_of(kept).status == JobStatus.SUCCEEDED
+    assert job_of(taken).status == JobStatus.RUNNING and job_of(taken).worker_id == "someone-else"

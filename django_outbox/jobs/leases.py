@@ -47,6 +47,15 @@ def heartbeat(worker_id: str, lease_seconds: float) -> int:
     return renewed
 
 
+def still_held(worker_id: str, job_ids: list[int]) -> set[int]:
+    """Which of these jobs are still leased to this worker."""
+    return set(
+        Job.objects.filter(
+            pk__in=job_ids, status=JobStatus.RUNNING, worker_id=worker_id
+        ).values_list("pk", flat=True)
+    )
+
+
 def unregister_worker(worker_id: str) -> None:
     Worker.objects.filter(id=worker_id).update(stopped_at=timezone.now())
 

@@ -93,6 +93,7 @@ class Worker:
         self._unflushed: list[Outcome] = []
         self._next_claim = 0.0
         self._next_heartbeat = 0.0
+        self._leases_renewed_at = time.monotonic()
         self._db_ok_after = 0.0
         self._db_failures = 0
 
@@ -200,21 +201,41 @@ class Worker:
 
     def _flush(self) -> None:
         batch, self._unflushed = self._unflushed, []
+        if time.monotonic() - self._leases_renewed_at > self.settings.LEASE_SECONDS / 2:
+            # Heartbeats have failed for a while (the database was away): some leases may
+            # have run out and their jobs been taken back. Write only what is still ours.
+            held = self._db(lambda: leases.still_held(self.id, [o.job.id for o in batch]))
+            if held is None:
+                self._unflushed = batch + self._unflushed
+                return
+            self._drop_lost([o for o in batch if o.job.id not in held], len(batch))
+            batch = [o for o in batch if o.job.id in held]
         stored = self._db(lambda: complete.complete(self.id, batch))
         if stored is None:
             self._unflushed = batch + self._unflushed  # keep them for the next try
             return
         if stored < len(batch):
-            self.stats.lost += len(batch) - stored
             logger.warning(
-                "worker %s: %d of %d results came after their lease expired and were dropped;"
-                " those jobs were taken back and run again",
+                "worker %s: %d of %d results were not stored: their leases ran out just now",
                 self.id,
                 len(batch) - stored,
                 len(batch),
             )
         for outcome in batch:
             self._record(outcome)
+
+    def _drop_lost(self, lost: list[Outcome], of: int) -> None:
+        if not lost:
+            return
+        self.stats.lost += len(lost)
+        logger.warning(
+            "worker %s: %d of %d results came after their lease ran out and were dropped; "
+            "those jobs were taken back and run again (jobs %s)",
+            self.id,
+            len(lost),
+            of,
+            ", ".join(str(o.job.id) for o in lost[:10]),
+        )
 
     def _record(self, outcome: Outcome) -> None:
         job = outcome.job
@@ -262,7 +283,8 @@ class Worker:
         if now < self._next_heartbeat:
             return
         self._next_heartbeat = now + self.settings.HEARTBEAT_SECONDS
-        self._db(lambda: leases.heartbeat(self.id, self.settings.LEASE_SECONDS))
+        if self._db(lambda: leases.heartbeat(self.id, self.settings.LEASE_SECONDS)) is not None:
+            self._leases_renewed_at = now
         rescued = self._db(leases.rescue_expired)
         if rescued and (rescued.requeued or rescued.failed):
             self.stats.rescued += rescued.requeued + rescued.failed
