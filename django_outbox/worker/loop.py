@@ -32,6 +32,8 @@ logger = logging.getLogger("django_outbox.worker")
 
 #: Longest the loop waits for outcomes before it looks at its timers again.
 TICK_SECONDS = 0.1
+#: Longest a finished run waits to be written with others in one statement.
+FLUSH_LINGER_SECONDS = 0.02
 
 
 @dataclass(slots=True)
@@ -91,6 +93,7 @@ class Worker:
         self.pool = Pool(concurrency)
         self._stop = threading.Event()
         self._unflushed: list[Outcome] = []
+        self._unflushed_since = 0.0
         self._next_claim = 0.0
         self._next_heartbeat = 0.0
         self._leases_renewed_at = time.monotonic()
@@ -175,9 +178,27 @@ class Worker:
         return len(jobs)
 
     def _collect(self, timeout: float) -> None:
-        self._unflushed.extend(self.pool.outcomes(timeout))
-        self._unflushed.extend(self._time_out_overdue())
-        if self._unflushed:
+        """Gather finished runs; write them once enough have gathered or waited long enough.
+
+        Lingering up to FLUSH_LINGER_SECONDS lets one UPDATE carry many outcomes even when
+        jobs finish one by one; results become visible that much later, never lost.
+        """
+        now = time.monotonic()
+        if self._unflushed and now >= self._db_ok_after:
+            linger_left = self._unflushed_since + FLUSH_LINGER_SECONDS - now
+            timeout = max(0.0, min(timeout, linger_left))
+        elif self._unflushed:  # the database is away: wait, do not spin
+            timeout = max(timeout, min(TICK_SECONDS, self._db_ok_after - now))
+        ready = self.pool.outcomes(timeout) + self._time_out_overdue()
+        if ready and not self._unflushed:
+            self._unflushed_since = time.monotonic()
+        self._unflushed.extend(ready)
+        if self._unflushed and (
+            not self.pool.in_flight
+            or self._stop.is_set()
+            or len(self._unflushed) >= max(1, self.batch_size // 2)
+            or time.monotonic() - self._unflushed_since >= FLUSH_LINGER_SECONDS
+        ):
             self._flush()
 
     def _time_out_overdue(self) -> list[Outcome]:
