@@ -4,6 +4,7 @@ import signal
 import time
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 import django_outbox
@@ -120,3 +121,33 @@ def test_the_supervisor_replaces_a_worker_process_that_dies(start_worker):
     assert "exited with -9; starting another" in supervisor.log()
     alive_after_stop = Worker.objects.filter(stopped_at=None).exclude(pk=victim.pk)
     assert not alive_after_stop.exists()  # both live ones said goodbye
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="pg_terminate_backend is PostgreSQL's"
+)
+def test_a_worker_survives_its_connections_being_terminated(start_worker):
+    django_outbox.enqueue_many(
+        tasks.record_run, [((f"job-{i}",), {"seconds": 0.02}) for i in range(200)]
+    )
+    worker = start_worker("--queues", "slow", "--concurrency", "4")
+    for _ in range(3):
+        wait_until(lambda: Execution.objects.exists(), what="jobs to start")
+        time.sleep(0.3)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+    wait_until(
+        lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 200,
+        timeout=60,
+        what="every job to succeed despite the lost connections",
+    )
+    assert worker.process.poll() is None, worker.log()
+    assert "database error" in worker.log()
+    assert set(Execution.objects.filter(finished__isnull=False).values_list("key", flat=True)) == {
+        f"job-{i}" for i in range(200)
+    }
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log()
