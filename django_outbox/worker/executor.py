@@ -31,19 +31,26 @@ def error_record(exc: BaseException) -> dict[str, str]:
     }
 
 
-def running_result(task: Task, job: ClaimedJob) -> Any:
+def claimed_job_result(
+    task: Task,
+    job: ClaimedJob,
+    status: JobStatus = JobStatus.RUNNING,
+    outcome: Outcome | None = None,
+) -> Any:
+    """The TaskResult of a claimed job: running, or as ``outcome`` left it."""
     return build_result(
         task=task,
         job_id=job.id,
-        status=JobStatus.RUNNING,
+        status=status,
         args=job.args,
         kwargs=job.kwargs,
-        errors=job.errors,
+        errors=outcome.errors if outcome else job.errors,
         worker_ids=job.worker_ids,
+        return_value=outcome.return_value if outcome else None,
         enqueued_at=job.enqueued_at,
         started_at=job.started_at,
         last_attempted_at=job.last_attempted_at,
-        finished_at=None,
+        finished_at=outcome.finished_at if outcome else None,
     )
 
 
@@ -72,7 +79,7 @@ def execute(job: ClaimedJob) -> Outcome:
     job and never the worker."""
     try:
         task = cached_task(job.task_path)
-        result = running_result(task, job)
+        result = claimed_job_result(task, job)
         task_started.send(type(task.get_backend()), task_result=result)
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)

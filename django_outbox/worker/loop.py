@@ -23,9 +23,8 @@ from django_outbox import conf
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import claim, complete, leases
 from django_outbox.jobs.complete import Outcome
-from django_outbox.jobs.results import build_result
 from django_outbox.models import Job, JobStatus
-from django_outbox.worker.executor import cached_task, error_record
+from django_outbox.worker.executor import cached_task, claimed_job_result, error_record
 from django_outbox.worker.pool import Pool
 
 logger = logging.getLogger("django_outbox.worker")
@@ -281,20 +280,7 @@ class Worker:
             task = cached_task(job.task_path)
         except Exception:
             return  # nothing to build a TaskResult from; the job row says it all
-        result = build_result(
-            task=task,
-            job_id=job.id,
-            status=status,
-            args=job.args,
-            kwargs=job.kwargs,
-            errors=outcome.errors,
-            worker_ids=job.worker_ids,
-            return_value=outcome.return_value,
-            enqueued_at=job.enqueued_at,
-            started_at=job.started_at,
-            last_attempted_at=job.last_attempted_at,
-            finished_at=outcome.finished_at,
-        )
+        result = claimed_job_result(task, job, status, outcome)
         task_finished.send(type(task.get_backend()), task_result=result)
 
     def _maintain(self) -> None:

@@ -32,6 +32,7 @@ from django.tasks import task_backends
 from django.test import Client
 from django.utils import timezone
 
+from django_outbox.management.commands.runworker import positive_int
 from django_outbox.models import Job, JobStatus
 from django_outbox.models import Worker as WorkerRecord
 from django_outbox.worker import Worker
@@ -60,13 +61,6 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
