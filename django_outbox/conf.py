@@ -54,7 +54,8 @@ def settings_errors(raw: Any) -> list[str]:
         value = raw[key]
         allowed = (int,) if kind is int else (int, float)
         if isinstance(value, bool) or not isinstance(value, allowed):
-            errors.append(f"OUTBOX[{key!r}] must be a {kind.__name__}, not {value!r}.")
+            wanted = "a whole number" if kind is int else "a number"
+            errors.append(f"OUTBOX[{key!r}] must be {wanted}, not {value!r}.")
         elif value <= floor:
             errors.append(f"OUTBOX[{key!r}] must be greater than {floor:g}, not {value!r}.")
     if not errors:

@@ -110,6 +110,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "django_outbox": {"handlers": ["console"], "level": "INFO"},
-        "django.tasks": {"handlers": ["console"], "level": "WARNING"},
+        "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

@@ -195,3 +195,11 @@ def test_importing_the_backend_does_not_import_models():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_dict_keys_json_would_turn_into_strings_are_refused():
+    with pytest.raises(InvalidTaskArguments, match="dict key that is not a string"):
+        tasks.echo.enqueue({1: "a"})
+    with pytest.raises(InvalidTaskArguments, match="dict key that is not a string"):
+        tasks.echo.enqueue(nested=[{"ok": {2: "b"}}])
+    assert not Job.objects.exists()

@@ -27,10 +27,10 @@ def outbox_errors():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ({"POLL_INTERVAL": "fast"}, "OUTBOX['POLL_INTERVAL'] must be a float, not 'fast'."),
+        ({"POLL_INTERVAL": "fast"}, "OUTBOX['POLL_INTERVAL'] must be a number, not 'fast'."),
         ({"LEASE_SECONDS": 0}, "OUTBOX['LEASE_SECONDS'] must be greater than 0, not 0."),
-        ({"DEFAULT_MAX_ATTEMPTS": 2.5}, "OUTBOX['DEFAULT_MAX_ATTEMPTS'] must be a int"),
-        ({"DEFAULT_MAX_ATTEMPTS": True}, "must be a int, not True"),
+        ({"DEFAULT_MAX_ATTEMPTS": 2.5}, "OUTBOX['DEFAULT_MAX_ATTEMPTS'] must be a whole number"),
+        ({"DEFAULT_MAX_ATTEMPTS": True}, "must be a whole number, not True"),
         ({"POLL": 1}, "OUTBOX['POLL'] is not a known setting"),
         ({"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 5}, "must be shorter than"),
         ({"BACKOFF_BASE": 10, "BACKOFF_CAP": 1}, "must not be below OUTBOX['BACKOFF_BASE']"),

@@ -90,3 +90,10 @@ def test_the_claim_reads_the_partial_claim_index(job_factory):
     due = Job.objects.due(["default"], timezone.now()).values("id")[:10]
     plan = due.explain()
     assert "outbox_job_claim" in plan, plan
+
+
+def test_only_the_workers_backend_alias_is_claimed(job_factory):
+    job_factory(backend="other")
+    mine = job_factory()
+    assert [job.id for job in claim("w1", ["default"], 10, 30)] == [mine.pk]
+    assert len(claim("w2", ["default"], 10, 30, backend="other")) == 1

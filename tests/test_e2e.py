@@ -151,3 +151,13 @@ def test_a_worker_survives_its_connections_being_terminated(start_worker):
     }
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0, worker.log()
+
+
+def test_a_job_that_never_returns_does_not_keep_the_worker_from_exiting(start_worker):
+    result = tasks.overruns.enqueue(60)
+    worker = start_worker("--burst", "--shutdown-timeout", "1")
+    started = time.monotonic()
+    assert worker.wait(timeout=20) == 1, worker.log()  # 1: a thread was left running
+    assert time.monotonic() - started < 10
+    assert Job.objects.get(pk=result.id).status == JobStatus.FAILED
+    assert "over its 0.2 s timeout" in worker.log()

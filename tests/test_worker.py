@@ -200,3 +200,14 @@ def test_after_heartbeats_failed_only_results_still_leased_are_written(run_worke
     assert finished == [kept.id]
     assert job_of(kept).status == JobStatus.SUCCEEDED
     assert job_of(taken).status == JobStatus.RUNNING and job_of(taken).worker_id == "someone-else"
+
+
+def test_when_every_thread_is_stuck_in_a_timed_out_job_waiting_jobs_go_back(run_worker):
+    stuck = tasks.overruns.enqueue(2.0)
+    waiting = tasks.add.enqueue(1, 1)
+    stats = run_worker(concurrency=1, batch_size=4, shutdown_timeout=0)
+    assert job_of(stuck).status == JobStatus.FAILED
+    assert job_of(stuck).errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
+    # It was claimed behind the stuck thread; it went back for another worker, unstarted.
+    assert (job_of(waiting).status, job_of(waiting).attempts) == (JobStatus.QUEUED, 0)
+    assert stats.released == 1

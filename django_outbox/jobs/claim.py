@@ -72,8 +72,17 @@ class ClaimedJob:
     last_attempted_at: datetime
 
 
-def claim(worker_id: str, queues: list[str], limit: int, lease_seconds: float) -> list[ClaimedJob]:
-    """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``; [] when none are due."""
+def claim(
+    worker_id: str,
+    queues: list[str],
+    limit: int,
+    lease_seconds: float,
+    backend: str = "default",
+) -> list[ClaimedJob]:
+    """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``; [] when none are due.
+
+    Only jobs enqueued through the TASKS alias ``backend`` are claimed.
+    """
     if limit < 1 or not queues:
         return []
     now = timezone.now()
@@ -81,7 +90,7 @@ def claim(worker_id: str, queues: list[str], limit: int, lease_seconds: float) -
     connection = connections[alias]
     query: Any = (
         Job.objects.using(alias)
-        .filter(pk__in=_locked_due_ids(connection, queues, now, limit))
+        .filter(pk__in=_locked_due_ids(connection, queues, now, limit, backend))
         .query.chain(UpdateQuery)
     )
     query.add_update_values(
@@ -114,7 +123,9 @@ def _field(name: str) -> Field[Any, Any]:
     return field
 
 
-def _locked_due_ids(connection: Any, queues: list[str], now: datetime, limit: int) -> RawSQL:
+def _locked_due_ids(
+    connection: Any, queues: list[str], now: datetime, limit: int, backend: str
+) -> RawSQL:
     """The inner SELECT: due ids in claim order, locked, skipping rows others hold.
 
     This is ``select_for_update(skip_locked=True)`` spelled by the backend's own
@@ -122,7 +133,7 @@ def _locked_due_ids(connection: Any, queues: list[str], now: datetime, limit: in
     transaction even as the subquery of one autocommit UPDATE, and a transaction would
     add a BEGIN and a COMMIT round trip to every claim.
     """
-    due = Job.objects.using(connection.alias).due(queues, now).values("id")[:limit]
+    due = Job.objects.using(connection.alias).due(queues, now, backend).values("id")[:limit]
     sql, params = due.query.get_compiler(connection=connection).as_sql()
     if connection.features.has_select_for_update_skip_locked:
         sql = f"{sql} {connection.ops.for_update_sql(skip_locked=True)}"

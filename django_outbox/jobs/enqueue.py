@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.tasks import Task, TaskResult
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -41,9 +41,22 @@ def json_arguments(
             f"Arguments to task {task.module_path!r} must be JSON-serialisable "
             f"(str, int, float, bool, None, lists and dicts of them): {exc}"
         ) from exc
-    if any(not isinstance(key, str) for key in normal_kwargs):
-        raise InvalidTaskArguments("Keyword argument names must be strings.")
+    if _has_non_string_key(normal_kwargs) or _has_non_string_key(normal_args):
+        raise InvalidTaskArguments(
+            f"Arguments to task {task.module_path!r} use a dict key that is not a string; "
+            "JSON would turn it into one, so the task would not get what was sent."
+        )
     return normal_args, normal_kwargs
+
+
+def _has_non_string_key(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(
+            not isinstance(key, str) or _has_non_string_key(item) for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return any(_has_non_string_key(item) for item in value)
+    return False
 
 
 def build_job(
@@ -91,7 +104,7 @@ def enqueue_many(
                 f"enqueue_many takes (args, kwargs) pairs; item {position} is {call!r}."
             ) from None
         jobs.append(build_job(task, args, kwargs, now))
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Job)):
         Job.objects.bulk_create(jobs, batch_size=CHUNK_SIZE)
     backend_class = type(task.get_backend())
     results = [to_task_result(job, task) for job in jobs]

@@ -43,10 +43,10 @@ CLAIM_ORDER = ("-priority", "run_at", "id")
 
 
 class JobQuerySet(models.QuerySet["Job"]):
-    def due(self, queues: Iterable[str], now: datetime) -> JobQuerySet:
-        """Queued jobs of ``queues`` whose time has come, in claim order."""
+    def due(self, queues: Iterable[str], now: datetime, backend: str = "default") -> JobQuerySet:
+        """Queued jobs of ``queues`` (of one TASKS alias) whose time has come, in claim order."""
         return self.filter(
-            status=JobStatus.QUEUED, queue__in=list(queues), run_at__lte=now
+            status=JobStatus.QUEUED, queue__in=list(queues), run_at__lte=now, backend=backend
         ).order_by(*CLAIM_ORDER)
 
     def expired_leases(self, now: datetime) -> JobQuerySet:

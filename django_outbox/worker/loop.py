@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, connections, router
+from django.db import Error as DatabaseErrors
+from django.db import connections, router
 from django.tasks.signals import task_finished
 from django.utils.crypto import get_random_string
 
@@ -71,6 +72,7 @@ class Worker:
         burst: bool = False,
         shutdown_timeout: float = 30.0,
         parent_pid: int | None = None,
+        backend: str = "default",
     ) -> None:
         if not queues:
             raise ValueError("A worker needs at least one queue.")
@@ -83,6 +85,7 @@ class Worker:
         self.settings = conf.get()
         self.id = new_worker_id()
         self.queues = list(queues)
+        self.backend = backend
         self.concurrency = concurrency
         self.batch_size = batch_size or 4 * concurrency
         self.burst = burst
@@ -156,7 +159,10 @@ class Worker:
 
     def _refill(self) -> int:
         """Claim up to the room left in the batch, when there is room and it is time."""
-        in_flight = self.pool.in_flight
+        # Threads still stuck in timed-out jobs are busy too: count them as in flight.
+        in_flight = self.pool.in_flight + self.pool.stuck
+        if self.pool.stuck >= self.concurrency:
+            return 0
         if in_flight >= self.batch_size or in_flight > self.concurrency:
             return 0
         now = time.monotonic()
@@ -164,7 +170,9 @@ class Worker:
             return 0
         want = self.batch_size - in_flight
         jobs = self._db(
-            lambda: claim.claim(self.id, self.queues, want, self.settings.LEASE_SECONDS)
+            lambda: claim.claim(
+                self.id, self.queues, want, self.settings.LEASE_SECONDS, self.backend
+            )
         )
         if jobs is None:  # the database is unreachable: try again when _db allows
             self._next_claim = max(now + self.settings.POLL_INTERVAL, self._db_ok_after)
@@ -204,7 +212,7 @@ class Worker:
         late = []
         for job, ran in self.pool.overdue(time.monotonic()):
             logger.error(
-                "worker %s: job %s (%s) ran %.1f s, over its %.1f s timeout; failing it "
+                "worker %s: job %s (%s) ran %.3g s, over its %.3g s timeout; failing it "
                 "(its thread cannot be stopped and runs on)",
                 self.id,
                 job.id,
@@ -217,6 +225,18 @@ class Worker:
                 raise JobTimeout(f"{job.task_path} ran over its {job.timeout:g} s timeout.")
             except JobTimeout as exc:
                 late.append(Outcome(job, succeeded=False, error=error_record(exc)))
+        if late and self.pool.stuck >= self.concurrency:
+            # No thread is left to run what waits here: let other workers have it.
+            waiting = self.pool.cancel_waiting()
+            released = self._db(lambda: leases.release(self.id, waiting)) or 0
+            self.stats.released += released
+            logger.error(
+                "worker %s: all %d threads are stuck in timed-out jobs; put %d waiting jobs "
+                "back and claiming nothing until a thread comes free",
+                self.id,
+                self.concurrency,
+                released,
+            )
         return late
 
     def _flush(self) -> None:
@@ -327,8 +347,8 @@ class Worker:
         self.pool.shutdown()
         stats = self.stats
         logger.info(
-            "worker %s stopped: %d jobs finished (%d succeeded, %d retried, %d failed) in %.1f s;"
-            " %d statements (%.3f per job)",
+            "worker %s stopped: %d runs finished (%d succeeded, %d will retry, %d failed)"
+            " in %.1f s; %d statements (%.3f per run)",
             self.id,
             stats.finished,
             stats.succeeded,
@@ -341,8 +361,8 @@ class Worker:
 
     @property
     def abandoned(self) -> int:
-        """Jobs still running in threads that the worker stopped waiting for."""
-        return self.pool.in_flight
+        """Threads still running jobs: unfinished at the shutdown deadline, or timed out."""
+        return self.pool.in_flight + self.pool.stuck
 
     # -- database errors -------------------------------------------------------------
 
@@ -355,7 +375,7 @@ class Worker:
             return None
         try:
             value = operation()
-        except DatabaseError as exc:
+        except DatabaseErrors as exc:
             self._db_failures += 1
             pause = min(10.0, 0.5 * 2 ** min(self._db_failures - 1, 5))
             self._db_ok_after = now + pause
@@ -363,7 +383,7 @@ class Worker:
                 "worker %s: database error (%s: %s); retrying in %.1f s",
                 self.id,
                 type(exc).__name__,
-                str(exc).strip().splitlines()[0:1],
+                (str(exc).strip().splitlines() or [""])[0],
                 pause,
             )
             connections[router.db_for_write(Job)].close()

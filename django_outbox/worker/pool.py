@@ -34,6 +34,11 @@ class Pool:
         return len(self._pending)
 
     @property
+    def stuck(self) -> int:
+        """Threads still running jobs the loop stopped waiting for (timed out)."""
+        return len(self._abandoned)
+
+    @property
     def running(self) -> int:
         return len(self._started)
 

@@ -21,6 +21,7 @@ class WorkerOptions:
     batch_size: int | None = None
     burst: bool = False
     shutdown_timeout: float = 30.0
+    backend: str = "default"
 
     def build(self, parent_pid: int | None = None) -> Worker:
         return Worker(
@@ -30,6 +31,7 @@ class WorkerOptions:
             burst=self.burst,
             shutdown_timeout=self.shutdown_timeout,
             parent_pid=parent_pid,
+            backend=self.backend,
         )
 
 

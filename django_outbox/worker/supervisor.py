@@ -78,7 +78,8 @@ class Supervisor:
                 code = process.exitcode
                 del self._children[slot]
                 if self._stopping or (self.burst and code == 0):
-                    status = status or (code if code and code > 0 else 0)
+                    if code:  # a child that did not drain cleanly (or was killed) says so
+                        status = status or (code if code > 0 else 1)
                     continue
                 crashes = crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 0
                 pause = min(30.0, 0.5 * 2 ** min(crashes, 6)) if crashes else 0.0

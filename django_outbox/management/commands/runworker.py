@@ -105,6 +105,7 @@ class Command(BaseCommand):
             batch_size=options["batch_size"],
             burst=options["burst"],
             shutdown_timeout=options["shutdown_timeout"],
+            backend=options["backend"],
         )
         status = run(worker_options, processes=options["processes"])
         if status:
