@@ -18,6 +18,9 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django_outbox import conf
 from django_outbox.task import OutboxTask
 
+#: The longest timeout or backoff a task may ask for: a year, in seconds.
+MAX_SECONDS = 366 * 24 * 3600.0
+
 
 class OutboxBackend(BaseTaskBackend):
     task_class = OutboxTask
@@ -43,8 +46,15 @@ class OutboxBackend(BaseTaskBackend):
             value = getattr(task, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise InvalidTask(f"{name} must be a number of seconds above 0, not {value!r}.")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value <= MAX_SECONDS
+            ):
+                raise InvalidTask(
+                    f"{name} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
+                    f" (a year), not {value!r}."
+                )
         if (
             task.backoff_base is not None
             and task.backoff_cap is not None

@@ -15,8 +15,16 @@ from django.dispatch import receiver
 
 @dataclass(frozen=True, slots=True)
 class OutboxSettings:
-    #: Seconds an idle worker waits before looking for due jobs again.
+    #: Seconds an idle worker waits before looking for due jobs again when it has no
+    #: wake-ups (WAKE resolves to "poll").
     POLL_INTERVAL: float = 1.0
+    #: How idle workers learn of new jobs: "auto", "postgres", "redis" or "poll".
+    WAKE: str = "auto"
+    #: The django-redis cache alias for Redis wake-ups.
+    REDIS_ALIAS: str = "default"
+    #: With wake-ups, seconds between an idle worker's own looks for work (the poll that
+    #: finds lost signals) and rescues of expired leases.
+    STALLED_CHECK_SECONDS: float = 30.0
     #: Seconds a claimed job stays leased to its worker without a heartbeat.
     LEASE_SECONDS: float = 30.0
     #: Seconds between a worker's heartbeats (lease renewals and rescue of expired leases).
@@ -37,7 +45,13 @@ _NUMBER_RULES: dict[str, tuple[type, float]] = {
     "DEFAULT_MAX_ATTEMPTS": (int, 0),
     "BACKOFF_BASE": (float, 0.0),
     "BACKOFF_CAP": (float, 0.0),
+    "STALLED_CHECK_SECONDS": (float, 0.0),
 }
+
+#: No number setting may exceed a year's seconds (keeps NaN and infinity out too).
+MAX_NUMBER = 366 * 24 * 3600.0
+
+WAKE_MODES = ("auto", "postgres", "redis", "poll")
 
 
 def settings_errors(raw: Any) -> list[str]:
@@ -56,8 +70,19 @@ def settings_errors(raw: Any) -> list[str]:
         if isinstance(value, bool) or not isinstance(value, allowed):
             wanted = "a whole number" if kind is int else "a number"
             errors.append(f"OUTBOX[{key!r}] must be {wanted}, not {value!r}.")
-        elif value <= floor:
-            errors.append(f"OUTBOX[{key!r}] must be greater than {floor:g}, not {value!r}.")
+        elif not floor < value <= MAX_NUMBER:
+            errors.append(
+                f"OUTBOX[{key!r}] must be greater than {floor:g} and at most {MAX_NUMBER:g},"
+                f" not {value!r}."
+            )
+    if "WAKE" in raw and raw["WAKE"] not in WAKE_MODES:
+        errors.append(
+            f"OUTBOX['WAKE'] must be one of {', '.join(WAKE_MODES)}, not {raw['WAKE']!r}."
+        )
+    if "REDIS_ALIAS" in raw and (not isinstance(raw["REDIS_ALIAS"], str) or not raw["REDIS_ALIAS"]):
+        errors.append(
+            f"OUTBOX['REDIS_ALIAS'] must be a cache alias name, not {raw['REDIS_ALIAS']!r}."
+        )
     if not errors:
         merged = _merge(raw)
         if merged.HEARTBEAT_SECONDS >= merged.LEASE_SECONDS:
@@ -70,8 +95,12 @@ def settings_errors(raw: Any) -> list[str]:
     return errors
 
 
+def known_settings() -> set[str]:
+    return set(OutboxSettings.__dataclass_fields__)
+
+
 def _merge(raw: dict[str, Any]) -> OutboxSettings:
-    values = {key: value for key, value in raw.items() if key in _NUMBER_RULES}
+    values = {key: value for key, value in raw.items() if key in known_settings()}
     for key, (kind, _floor) in _NUMBER_RULES.items():
         if key in values:
             values[key] = kind(values[key])

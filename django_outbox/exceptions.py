@@ -28,3 +28,7 @@ class WorkerLost(OutboxError):
 
 class JobTimeout(OutboxError):
     """The job ran longer than its task's timeout."""
+
+
+class ResultNotStored(OutboxError):
+    """The database refused to store this run's result."""

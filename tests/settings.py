@@ -28,7 +28,20 @@ TASKS = {
     }
 }
 
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "redis": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ.get("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+        "KEY_PREFIX": "outbox-tests",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 5},
+    },
+}
+
 OUTBOX = {
+    "WAKE": os.environ.get("OUTBOX_TEST_WAKE", "auto"),
+    "REDIS_ALIAS": "redis",
+    "STALLED_CHECK_SECONDS": float(os.environ.get("OUTBOX_TEST_STALLED_CHECK_SECONDS", "5")),
     "POLL_INTERVAL": float(os.environ.get("OUTBOX_TEST_POLL_INTERVAL", "0.05")),
     "LEASE_SECONDS": float(os.environ.get("OUTBOX_TEST_LEASE_SECONDS", "3")),
     "HEARTBEAT_SECONDS": float(os.environ.get("OUTBOX_TEST_HEARTBEAT_SECONDS", "0.5")),

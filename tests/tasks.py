@@ -66,6 +66,11 @@ def returns_object() -> object:
 
 
 @task(max_attempts=1)
+def returns_nul() -> str:
+    return "PostgreSQL's jsonb cannot hold \x00"
+
+
+@task(max_attempts=1)
 def record_once(key: str) -> str:
     Once.objects.create(key=key)
     return key

@@ -203,3 +203,19 @@ def test_dict_keys_json_would_turn_into_strings_are_refused():
     with pytest.raises(InvalidTaskArguments, match="dict key that is not a string"):
         tasks.echo.enqueue(nested=[{"ok": {2: "b"}}])
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "bad", ["nul\x00byte", "\ud800 lone surrogate"], ids=["nul", "surrogate"]
+)
+def test_strings_no_database_can_store_are_refused(bad):
+    with pytest.raises(InvalidTaskArguments, match="must be JSON-serialisable"):
+        tasks.echo.enqueue(bad)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e300])
+def test_timeouts_and_backoffs_must_be_finite_and_sane(value):
+    for option in ("timeout", "backoff_base", "backoff_cap"):
+        with pytest.raises(InvalidTask, match=f"{option} must be a number of seconds above 0"):
+            tasks.noop.using(**{option: value})

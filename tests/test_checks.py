@@ -28,7 +28,7 @@ def outbox_errors():
     ("value", "message"),
     [
         ({"POLL_INTERVAL": "fast"}, "OUTBOX['POLL_INTERVAL'] must be a number, not 'fast'."),
-        ({"LEASE_SECONDS": 0}, "OUTBOX['LEASE_SECONDS'] must be greater than 0, not 0."),
+        ({"LEASE_SECONDS": 0}, "OUTBOX['LEASE_SECONDS'] must be greater than 0 and at most"),
         ({"DEFAULT_MAX_ATTEMPTS": 2.5}, "OUTBOX['DEFAULT_MAX_ATTEMPTS'] must be a whole number"),
         ({"DEFAULT_MAX_ATTEMPTS": True}, "must be a whole number, not True"),
         ({"POLL": 1}, "OUTBOX['POLL'] is not a known setting"),

@@ -19,7 +19,7 @@ def test_one_update_per_outcome_for_the_whole_batch(job_factory):
     outcomes = [Outcome(job, succeeded=True, return_value={"n": job.id}) for job in first]
     outcomes += [Outcome(job, succeeded=False, error=ERROR) for job in second]  # will retry
     for job in third:
-        job.attempts = job.max_attempts  # last attempt: these fail for good
+        job.max_attempts = job.attempts  # last attempt: these fail for good
     outcomes += [Outcome(job, succeeded=False, error=ERROR) for job in third]
     with CaptureQueriesContext(connection) as queries:
         stored = complete("w1", outcomes)
@@ -54,3 +54,15 @@ def test_a_result_after_a_lost_lease_is_dropped(job_factory):
     assert complete("w1", [Outcome(job, succeeded=True, return_value=1)]) == 0
     stored = Job.objects.get(pk=job.id)
     assert stored.status == JobStatus.RUNNING and stored.worker_id == "w2"
+
+
+def test_a_late_result_of_an_earlier_run_does_not_land_on_the_next_run(job_factory):
+    job_factory()
+    (first_run,) = claim("w1", ["default"], 1, 30)
+    # The lease ran out, the job was taken back, and the same worker claimed it again.
+    Job.objects.filter(pk=first_run.id).update(status=JobStatus.QUEUED, worker_id=None)
+    (second_run,) = claim("w1", ["default"], 1, 30)
+    assert complete("w1", [Outcome(first_run, succeeded=True, return_value="stale")]) == 0
+    stored = Job.objects.get(pk=first_run.id)
+    assert (stored.status, stored.attempts, stored.return_value) == (JobStatus.RUNNING, 2, None)
+    assert complete("w1", [Outcome(second_run, succeeded=True, return_value="fresh")]) == 1

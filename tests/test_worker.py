@@ -109,16 +109,21 @@ def test_a_return_value_json_cannot_hold_fails_the_job(run_worker):
     assert "returned a value JSON cannot hold" in job.errors[0]["traceback"]
 
 
-def test_a_job_over_its_timeout_is_failed_without_waiting_for_it(run_worker):
-    result = tasks.overruns.enqueue(1.5)
+def test_a_job_over_its_timeout_is_failed_once_its_thread_returns_never_overlapping(
+    run_worker,
+):
+    result = tasks.overruns.enqueue(0.6)  # timeout 0.2 s, max_attempts 1
     quick = tasks.add.enqueue(1, 2)
     started = timezone.now()
-    run_worker(concurrency=2, shutdown_timeout=0)
+    run_worker(concurrency=2, shutdown_timeout=5)
     job = job_of(result)
     assert job.status == JobStatus.FAILED
     assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
-    assert job.finished_at - started < timedelta(seconds=1.2)
+    assert "ran over its 0.2 s timeout" in job.errors[0]["traceback"]
+    # It stayed leased until its thread returned, so no other run could overlap it.
+    assert job.finished_at - started >= timedelta(seconds=0.6)
     assert job_of(quick).status == JobStatus.SUCCEEDED
+    assert job_of(quick).finished_at < job.finished_at
 
 
 def test_delayed_jobs_do_not_run_early(run_worker):
@@ -206,8 +211,19 @@ def test_when_every_thread_is_stuck_in_a_timed_out_job_waiting_jobs_go_back(run_
     stuck = tasks.overruns.enqueue(2.0)
     waiting = tasks.add.enqueue(1, 1)
     stats = run_worker(concurrency=1, batch_size=4, shutdown_timeout=0)
-    assert job_of(stuck).status == JobStatus.FAILED
-    assert job_of(stuck).errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
+    # Still leased to the worker whose thread runs it: it is not run anywhere else meanwhile.
+    assert job_of(stuck).status == JobStatus.RUNNING
     # It was claimed behind the stuck thread; it went back for another worker, unstarted.
     assert (job_of(waiting).status, job_of(waiting).attempts) == (JobStatus.QUEUED, 0)
     assert stats.released == 1
+
+
+def test_a_result_no_database_could_store_fails_that_job_and_blocks_no_other(run_worker):
+    bad = tasks.returns_nul.enqueue()
+    good = [tasks.add.enqueue(i, i) for i in range(5)]
+    stats = run_worker()
+    assert (stats.succeeded, stats.failed) == (5, 1)
+    job = job_of(bad)
+    assert job.status == JobStatus.FAILED
+    assert "NUL character" in job.errors[0]["traceback"]
+    assert all(job_of(r).status == JobStatus.SUCCEEDED for r in good)

@@ -117,6 +117,17 @@ def claim(
     return claimed
 
 
+def next_due(queues: list[str], backend: str = "default") -> datetime | None:
+    """When the earliest queued job of ``queues`` falls due (None: no queued job)."""
+    found: datetime | None = (
+        Job.objects.filter(status=JobStatus.QUEUED, queue__in=queues, backend=backend)
+        .order_by("run_at")
+        .values_list("run_at", flat=True)
+        .first()
+    )
+    return found
+
+
 def _field(name: str) -> Field[Any, Any]:
     field = Job._meta.get_field(name)
     assert isinstance(field, Field)

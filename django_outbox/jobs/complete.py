@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import DateTimeField, JSONField
+from django.db.models import DateTimeField, IntegerField, JSONField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -102,7 +102,13 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
 
 
 def _update(mine: Any, outcomes: list[Outcome], values: dict[str, Any]) -> int:
-    count: int = mine.filter(pk__in=[o.job.id for o in outcomes]).update(**values)
+    # The attempt must match too: a late result of an earlier run of a job that this same
+    # worker claimed again must not land on the new run.
+    count: int = (
+        mine.filter(pk__in=[o.job.id for o in outcomes])
+        .filter(attempts=_per_job(outcomes, lambda o: o.job.attempts, "int"))
+        .update(**values)
+    )
     return count
 
 
@@ -114,10 +120,14 @@ def _per_job(outcomes: list[Outcome], value: Any, kind: str) -> RawSQL:
     """
     connection = connections[router.db_for_write(Job)]
     ops = connection.ops
-    adapt = ops.adapt_datetimefield_value if kind == "datetime" else _json_adapter(ops)
+    adapt: Any = {
+        "datetime": ops.adapt_datetimefield_value,
+        "json": _json_adapter(ops),
+        "int": int,
+    }[kind]
     whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
     params = [param for o in outcomes for param in (o.job.id, adapt(value(o)))]
-    output = DateTimeField() if kind == "datetime" else JSONField()
+    output = {"datetime": DateTimeField(), "json": JSONField(), "int": IntegerField()}[kind]
     return RawSQL(f"CASE {ops.quote_name('id')} {whens} END", params, output_field=output)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -15,9 +14,11 @@ from django.utils.json import normalize_json
 
 from django_outbox import conf
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import to_task_result
 from django_outbox.models import Job
 from django_outbox.task import OutboxTask
+from django_outbox.wake.notify import notify_on_commit
 
 #: Rows per INSERT statement in a bulk enqueue.
 CHUNK_SIZE = 1000
@@ -35,12 +36,14 @@ def json_arguments(
     try:
         normal_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
         normal_kwargs: dict[str, Any] = normalize_json(dict(kwargs))  # type: ignore[assignment]
-        json.dumps([normal_args, normal_kwargs], allow_nan=False)
+        problem = storable_problem([normal_args, normal_kwargs])
     except (TypeError, ValueError) as exc:
+        problem = str(exc)
+    if problem is not None:
         raise InvalidTaskArguments(
             f"Arguments to task {task.module_path!r} must be JSON-serialisable "
-            f"(str, int, float, bool, None, lists and dicts of them): {exc}"
-        ) from exc
+            f"(str, int, float, bool, None, lists and dicts of them): {problem}"
+        )
     if _has_non_string_key(normal_kwargs) or _has_non_string_key(normal_args):
         raise InvalidTaskArguments(
             f"Arguments to task {task.module_path!r} use a dict key that is not a string; "
@@ -85,6 +88,7 @@ def build_job(
 def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
     job = build_job(task, args, kwargs)
     job.save(force_insert=True)
+    notify_on_commit([(job.queue, job.run_at)], using=router.db_for_write(Job))
     result = to_task_result(job, task)
     task_enqueued.send(type(task.get_backend()), task_result=result)
     return result
@@ -104,8 +108,10 @@ def enqueue_many(
                 f"enqueue_many takes (args, kwargs) pairs; item {position} is {call!r}."
             ) from None
         jobs.append(build_job(task, args, kwargs, now))
-    with transaction.atomic(using=router.db_for_write(Job)):
+    using = router.db_for_write(Job)
+    with transaction.atomic(using=using):
         Job.objects.bulk_create(jobs, batch_size=CHUNK_SIZE)
+        notify_on_commit([(job.queue, job.run_at) for job in jobs], using=using)
     backend_class = type(task.get_backend())
     results = [to_task_result(job, task) for job in jobs]
     for result in results:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from traceback import format_exception
 from typing import Any
@@ -14,6 +13,7 @@ from django.utils.json import normalize_json
 
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
+from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import build_result, resolve_task
 from django_outbox.models import JobStatus
 
@@ -27,7 +27,8 @@ def error_record(exc: BaseException) -> dict[str, str]:
     kind = type(exc)
     return {
         "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
-        "traceback": "".join(format_exception(exc)),
+        # NUL cannot be stored in PostgreSQL's jsonb: show it, do not store it.
+        "traceback": "".join(format_exception(exc)).replace("\x00", "\\x00"),
     }
 
 
@@ -95,10 +96,12 @@ def execute(job: ClaimedJob) -> Outcome:
 def json_return_value(job: ClaimedJob, value: Any) -> Any:
     try:
         value = normalize_json(value)
-        json.dumps(value, allow_nan=False)
+        problem = storable_problem(value)
     except (TypeError, ValueError) as exc:
+        problem = str(exc)
+    if problem is not None:
         raise TypeError(
-            f"Task {job.task_path!r} returned a value JSON cannot hold ({exc}); "
+            f"Task {job.task_path!r} returned a value JSON cannot hold ({problem}); "
             "return str, int, float, bool, None, or lists and dicts of them."
-        ) from exc
+        )
     return value

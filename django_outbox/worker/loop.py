@@ -16,15 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import Error as DatabaseErrors
-from django.db import connections, router
+from django.db import InterfaceError, OperationalError, connections, router
 from django.tasks.signals import task_finished
 from django.utils.crypto import get_random_string
 
 from django_outbox import conf
-from django_outbox.exceptions import JobTimeout
+from django_outbox.exceptions import JobTimeout, ResultNotStored
 from django_outbox.jobs import claim, complete, leases
 from django_outbox.jobs.complete import Outcome
 from django_outbox.models import Job, JobStatus
+from django_outbox.wake import Wake, Waker, build_waker
+from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker.executor import cached_task, claimed_job_result, error_record
 from django_outbox.worker.pool import Pool
 
@@ -78,8 +80,8 @@ class Worker:
             raise ValueError("A worker needs at least one queue.")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}.")
+        if batch_size is not None and not 1 <= batch_size <= 1000:
+            raise ValueError(f"batch_size must be from 1 to 1000, not {batch_size}.")
         if shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must not be negative, not {shutdown_timeout}.")
         self.settings = conf.get()
@@ -95,9 +97,13 @@ class Worker:
         self.pool = Pool(concurrency)
         self._stop = threading.Event()
         self._unflushed: list[Outcome] = []
+        self._to_release: list[int] = []
         self._unflushed_since = 0.0
         self._next_claim = 0.0
         self._next_heartbeat = 0.0
+        self._next_rescue = 0.0
+        self._next_wake_check = 0.0
+        self.waker: Waker = PollingWaker(self.queues, self._stop)
         self._leases_renewed_at = time.monotonic()
         self._db_ok_after = 0.0
         self._db_failures = 0
@@ -122,18 +128,23 @@ class Worker:
             self._db(
                 lambda: leases.register_worker(self.id, self.queues, self.concurrency, os.getpid())
             )
+            # Listen before the first look for work, so a signal sent in between is not lost.
+            self.waker = build_waker(self.queues, self._stop, alias)
             logger.info(
-                "worker %s started: queues %s, %d threads, batches of %d, %s database",
+                "worker %s started: queues %s, %d threads, batches of %d, %s database, "
+                "wake-ups: %s",
                 self.id,
                 ",".join(self.queues),
                 self.concurrency,
                 self.batch_size,
                 connections[alias].vendor,
+                self.waker.name,
             )
             try:
                 self._loop()
             finally:
                 self._shutdown()
+                self.waker.close()
         return self.stats
 
     # -- the loop --------------------------------------------------------------------
@@ -142,7 +153,8 @@ class Worker:
         while not self._stop.is_set():
             self._maintain()
             claimed = self._refill()
-            if self.pool.in_flight or self._unflushed:
+            if self.pool.in_flight or self._unflushed or (self.pool.stuck and not self.burst):
+                self._glance_at_wake_ups()
                 self._collect(TICK_SECONDS if not claimed else 0.0)
                 continue
             if claimed:
@@ -155,7 +167,31 @@ class Worker:
                 logger.info("worker %s: nothing is due; leaving (burst)", self.id)
                 return
             now = time.monotonic()
-            self._stop.wait(max(0.0, min(self._next_claim, self._next_heartbeat) - now))
+            until = min(self._next_claim, self._next_heartbeat, self._next_rescue)
+            self._apply(self.waker.wait(max(0.0, until - now)))
+
+    @property
+    def _poll_seconds(self) -> float:
+        """How long an idle worker goes without looking for work by itself."""
+        if self.waker.active:
+            return self.settings.STALLED_CHECK_SECONDS
+        return self.settings.POLL_INTERVAL
+
+    def _apply(self, wake: Wake) -> None:
+        if wake.look_now:
+            self._next_claim = 0.0
+        if wake.next_due is not None:
+            self._next_claim = min(self._next_claim, _monotonic_at(wake.next_due))
+
+    def _glance_at_wake_ups(self) -> None:
+        """While busy with room to spare, see (without waiting) whether work arrived."""
+        now = time.monotonic()
+        if now < self._next_wake_check or now >= self._next_claim:
+            return
+        if self.pool.in_flight + self.pool.stuck >= min(self.batch_size, self.concurrency + 1):
+            return
+        self._next_wake_check = now + 0.05
+        self._apply(self.waker.wait(0.0))
 
     def _refill(self) -> int:
         """Claim up to the room left in the batch, when there is room and it is time."""
@@ -180,8 +216,18 @@ class Worker:
         for job in jobs:
             self.pool.submit(job)
         self.stats.claimed += len(jobs)
-        # A short batch means the queues ran dry: look again at the next poll.
-        self._next_claim = now if len(jobs) == want else now + self.settings.POLL_INTERVAL
+        if len(jobs) == want:
+            self._next_claim = now  # the queues may hold more: claim again at once
+            for queue in {job.queue for job in jobs}:
+                self.waker.more_remain(queue)
+            return len(jobs)
+        # A short batch means the queues ran dry: look again at the next poll, or when
+        # the next delayed job falls due if that is sooner (wake-ups know no other way).
+        self._next_claim = now + self._poll_seconds
+        if self.waker.active:
+            due = self._db(lambda: claim.next_due(self.queues, self.backend))
+            if due is not None:
+                self._next_claim = min(self._next_claim, _monotonic_at(due.timestamp()))
         return len(jobs)
 
     def _collect(self, timeout: float) -> None:
@@ -209,27 +255,29 @@ class Worker:
             self._flush()
 
     def _time_out_overdue(self) -> list[Outcome]:
-        late = []
+        """Flag runs over their timeout. A Python thread cannot be stopped: the job stays
+        leased to this worker until its thread returns, and is then recorded as failed with
+        JobTimeout (and retried per its policy), so it never runs twice at the same time."""
+        timed_out = 0
         for job, ran in self.pool.overdue(time.monotonic()):
             logger.error(
-                "worker %s: job %s (%s) ran %.3g s, over its %.3g s timeout; failing it "
-                "(its thread cannot be stopped and runs on)",
+                "worker %s: job %s (%s) ran %.3g s, over its %.3g s timeout; it will be "
+                "recorded as failed once its thread returns (a thread cannot be stopped)",
                 self.id,
                 job.id,
                 job.task_path,
                 ran,
                 job.timeout,
             )
-            self.pool.abandon(job.id)
             try:
                 raise JobTimeout(f"{job.task_path} ran over its {job.timeout:g} s timeout.")
             except JobTimeout as exc:
-                late.append(Outcome(job, succeeded=False, error=error_record(exc)))
-        if late and self.pool.stuck >= self.concurrency:
+                self.pool.time_out(job.id, error_record(exc))
+            timed_out += 1
+        if timed_out and self.pool.stuck >= self.concurrency:
             # No thread is left to run what waits here: let other workers have it.
-            waiting = self.pool.cancel_waiting()
-            released = self._db(lambda: leases.release(self.id, waiting)) or 0
-            self.stats.released += released
+            self._to_release.extend(self.pool.cancel_waiting())
+            released = self._release_pending()
             logger.error(
                 "worker %s: all %d threads are stuck in timed-out jobs; put %d waiting jobs "
                 "back and claiming nothing until a thread comes free",
@@ -237,7 +285,19 @@ class Worker:
                 self.concurrency,
                 released,
             )
-        return late
+        return []
+
+    def _release_pending(self) -> int:
+        """Put back claimed jobs that will not start here; kept for a retry on failure."""
+        if not self._to_release:
+            return 0
+        ids = list(self._to_release)
+        released = self._db(lambda: leases.release(self.id, ids))
+        if released is None:
+            return 0
+        self._to_release = [i for i in self._to_release if i not in set(ids)]
+        self.stats.released += released
+        return int(released)
 
     def _flush(self) -> None:
         batch, self._unflushed = self._unflushed, []
@@ -250,7 +310,11 @@ class Worker:
                 return
             self._drop_lost([o for o in batch if o.job.id not in held], len(batch))
             batch = [o for o in batch if o.job.id in held]
-        stored = self._db(lambda: complete.complete(self.id, batch))
+        try:
+            stored = self._db(lambda: complete.complete(self.id, batch), refused_raises=True)
+        except DatabaseErrors:
+            batch = self._complete_one_by_one(batch)
+            stored = len(batch)
         if stored is None:
             self._unflushed = batch + self._unflushed  # keep them for the next try
             return
@@ -263,6 +327,37 @@ class Worker:
             )
         for outcome in batch:
             self._record(outcome)
+
+    def _complete_one_by_one(self, batch: list[Outcome]) -> list[Outcome]:
+        """The database refused a batch: write each outcome alone, and record a run whose
+        result it refuses as a failure that says why, so one job cannot block the rest.
+
+        Returns the outcomes written; the rest go back to be written later."""
+        written: list[Outcome] = []
+        for position, outcome in enumerate(batch):
+            if self._write_alone(outcome) is None:  # the connection went: try the rest later
+                self._unflushed = batch[position:] + self._unflushed
+                break
+            written.append(outcome)
+        return written
+
+    def _write_alone(self, outcome: Outcome) -> int | None:
+        def write() -> int:
+            return complete.complete(self.id, [outcome])
+
+        try:
+            return self._db(write, refused_raises=True)
+        except DatabaseErrors as exc:
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            try:
+                raise ResultNotStored(
+                    f"the database refused this run's result: {type(exc).__name__}: {first_line}"
+                ) from exc
+            except ResultNotStored as refused:
+                outcome.succeeded, outcome.return_value = False, None
+                outcome.error = error_record(refused)
+            logger.error("worker %s: job %s: %s", self.id, outcome.job.id, first_line)
+            return self._db(write)
 
     def _drop_lost(self, lost: list[Outcome], of: int) -> None:
         if not lost:
@@ -307,11 +402,30 @@ class Worker:
         now = time.monotonic()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             self.request_stop("the supervising process is gone")
-        if now < self._next_heartbeat:
-            return
-        self._next_heartbeat = now + self.settings.HEARTBEAT_SECONDS
-        if self._db(lambda: leases.heartbeat(self.id, self.settings.LEASE_SECONDS)) is not None:
+        if now >= self._next_heartbeat:
+            self._heartbeat(now)
+        if now >= self._next_rescue:
+            self._next_rescue = now + (
+                self.settings.STALLED_CHECK_SECONDS
+                if self.waker.active
+                else self.settings.HEARTBEAT_SECONDS
+            )
+            self._rescue()
+
+    def _heartbeat(self, now: float) -> None:
+        """Renew this worker's leases; an idle worker only says it is alive, less often."""
+        self._release_pending()
+        holding = self.pool.in_flight + self.pool.stuck + len(self._unflushed)
+        if holding:
+            self._next_heartbeat = now + self.settings.HEARTBEAT_SECONDS
+            renewed = self._db(lambda: leases.heartbeat(self.id, self.settings.LEASE_SECONDS))
+        else:
+            self._next_heartbeat = now + max(self.settings.HEARTBEAT_SECONDS, self._poll_seconds)
+            renewed = self._db(lambda: leases.alive(self.id))
+        if renewed is not None:
             self._leases_renewed_at = now
+
+    def _rescue(self) -> None:
         rescued = self._db(leases.rescue_expired)
         if rescued and (rescued.requeued or rescued.failed):
             self.stats.rescued += rescued.requeued + rescued.failed
@@ -325,16 +439,26 @@ class Worker:
             )
 
     def _shutdown(self) -> None:
-        waiting = self.pool.cancel_waiting()
-        if waiting:
-            released = self._db(lambda: leases.release(self.id, waiting)) or 0
-            self.stats.released += released
+        self._to_release.extend(self.pool.cancel_waiting())
+        released = self._release_pending()
+        if released:
             logger.info("worker %s: put %d claimed, unstarted jobs back", self.id, released)
         deadline = time.monotonic() + self.shutdown_timeout
-        while self.pool.in_flight and time.monotonic() < deadline:
+        while (
+            self.pool.in_flight or self.pool.stuck or self._unflushed or self._to_release
+        ) and time.monotonic() < deadline:
             self._maintain()
+            self._release_pending()
             self._collect(min(TICK_SECONDS, max(0.0, deadline - time.monotonic())))
         self._collect(0.0)
+        if self._unflushed or self._to_release:
+            logger.warning(
+                "worker %s: could not write %d results or put back %d jobs before stopping "
+                "(database unreachable); those jobs run again once their lease expires",
+                self.id,
+                len(self._unflushed),
+                len(self._to_release),
+            )
         if self.pool.in_flight:
             logger.warning(
                 "worker %s: %d jobs still running after the %.0f s shutdown timeout; leaving "
@@ -364,9 +488,14 @@ class Worker:
         """Threads still running jobs: unfinished at the shutdown deadline, or timed out."""
         return self.pool.in_flight + self.pool.stuck
 
+    @property
+    def unwritten(self) -> int:
+        """Results and releases the worker could not write before it stopped."""
+        return len(self._unflushed) + len(self._to_release)
+
     # -- database errors -------------------------------------------------------------
 
-    def _db(self, operation: Callable[[], Any]) -> Any:
+    def _db(self, operation: Callable[[], Any], refused_raises: bool = False) -> Any:
         """Run a database operation; on a database error, log it, drop the connection
         and back off, returning None. The database is the truth: nothing is lost, the
         next try picks up where this one left off."""
@@ -376,6 +505,8 @@ class Worker:
         try:
             value = operation()
         except DatabaseErrors as exc:
+            if refused_raises and not isinstance(exc, OperationalError | InterfaceError):
+                raise  # the database answered, and said no: the caller deals with it
             self._db_failures += 1
             pause = min(10.0, 0.5 * 2 ** min(self._db_failures - 1, 5))
             self._db_ok_after = now + pause
@@ -398,6 +529,11 @@ class Worker:
     ) -> Any:
         self.stats.statements += 1
         return execute(sql, params, many, context)
+
+
+def _monotonic_at(epoch_seconds: float) -> float:
+    """The monotonic-clock reading at a wall-clock time."""
+    return time.monotonic() + (epoch_seconds - time.time())
 
 
 def _last_line(outcome: Outcome) -> str:

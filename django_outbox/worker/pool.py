@@ -26,7 +26,10 @@ class Pool:
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[ClaimedJob, Future[None]]] = {}
         self._started: dict[int, float] = {}
-        self._abandoned: set[int] = set()
+        # Timed-out jobs whose threads run on: job id -> the JobTimeout error to record
+        # once the thread returns (until then the job stays leased, so it never runs twice
+        # at the same time).
+        self._overdue: dict[int, dict[str, str]] = {}
 
     @property
     def in_flight(self) -> int:
@@ -35,8 +38,8 @@ class Pool:
 
     @property
     def stuck(self) -> int:
-        """Threads still running jobs the loop stopped waiting for (timed out)."""
-        return len(self._abandoned)
+        """Threads still running jobs that ran over their timeout."""
+        return len(self._overdue)
 
     @property
     def running(self) -> int:
@@ -70,10 +73,10 @@ class Pool:
             for outcome in ready:
                 job_id = outcome.job.id
                 self._started.pop(job_id, None)
-                if job_id in self._abandoned:
-                    self._abandoned.discard(job_id)
-                    continue
                 self._pending.pop(job_id, None)
+                timeout_error = self._overdue.pop(job_id, None)
+                if timeout_error is not None:  # whatever it returned, it ran too long
+                    outcome = Outcome(outcome.job, succeeded=False, error=timeout_error)
                 kept.append(outcome)
         return kept
 
@@ -87,11 +90,13 @@ class Pool:
                     late.append((job, now - started))
             return late
 
-    def abandon(self, job_id: int) -> None:
-        """Stop waiting for a running job: its thread runs on, its outcome is dropped."""
+    def time_out(self, job_id: int, error: dict[str, str]) -> None:
+        """Mark a running job as over its timeout: when its thread returns, the run is
+        recorded as failed with ``error``. It no longer counts as in flight."""
         with self._lock:
             self._pending.pop(job_id, None)
-            self._abandoned.add(job_id)
+            self._started.pop(job_id, None)
+            self._overdue[job_id] = error
 
     def cancel_waiting(self) -> list[int]:
         """Withdraw the jobs that have not started; returns their ids."""

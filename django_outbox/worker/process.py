@@ -45,7 +45,7 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
         stats = worker.run()
     if report is not None:
         report.put(stats.as_dict())
-    if worker.abandoned:
+    if worker.abandoned or worker.unwritten:
         # Threads still running jobs would keep the interpreter alive; their jobs stay
         # leased until the lease runs out, then run again elsewhere.
         logging.shutdown()

@@ -20,6 +20,8 @@ from typing import Any
 
 from django.db import connections
 
+from django_outbox.wake import notify
+
 logger = logging.getLogger("django_outbox.worker")
 
 #: A child that dies sooner than this after starting counts as crashing.
@@ -59,6 +61,7 @@ class Supervisor:
 
     def _start(self, slot: int) -> None:
         connections.close_all()  # never share a connection with a forked child
+        notify.settle()  # and fork no running thread with it
         process = self._context.Process(
             target=self.child_main, args=(*self.child_args, os.getpid()), daemon=False
         )

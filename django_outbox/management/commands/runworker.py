@@ -12,6 +12,10 @@ from django.tasks.exceptions import InvalidTaskBackend
 from django_outbox.backend import OutboxBackend
 from django_outbox.worker.process import WorkerOptions, run
 
+#: Most jobs one claim may take (and one completion write), within every database's
+#: limit on statement parameters.
+MAX_BATCH_SIZE = 1000
+
 
 def positive_int(text: str) -> int:
     try:
@@ -20,6 +24,13 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def batch_size(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH_SIZE}, got {value}")
     return value
 
 
@@ -63,7 +74,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=batch_size,
             default=None,
             help="Most jobs claimed at once and held (default: 4 times --concurrency).",
         )

@@ -1,0 +1,106 @@
+"""Wake-ups: how idle workers learn of committed jobs without polling the database.
+
+``OUTBOX["WAKE"]``: "postgres" (LISTEN/NOTIFY), "redis" (markers in Redis through
+django-redis), "poll" (none), or "auto": PostgreSQL when the database is PostgreSQL and its
+probe passes, else Redis when the django-redis cache ``OUTBOX["REDIS_ALIAS"]`` exists, else
+polling. Polling stays the safety net in every mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.db import connections
+from django.dispatch import receiver
+
+from django_outbox import conf
+from django_outbox.wake.base import Sender, Wake, Waker
+from django_outbox.wake.polling import PollingWaker
+
+__all__ = ["Sender", "Wake", "Waker", "build_sender", "build_waker", "redis_configured"]
+
+logger = logging.getLogger("django_outbox.wake")
+
+
+def redis_configured(alias: str) -> bool:
+    backend = str(getattr(settings, "CACHES", {}).get(alias, {}).get("BACKEND", ""))
+    return backend.startswith("django_redis.")
+
+
+class _Both(Sender):
+    name = "postgres+redis"
+
+    def __init__(self, senders: list[Sender]) -> None:
+        self.senders = senders
+
+    def send(self, queues: dict[str, float]) -> None:
+        for sender in self.senders:
+            try:
+                sender.send(queues)
+            except Exception as exc:
+                logger.warning("wake-up through %s failed (%s)", sender.name, exc)
+
+
+def build_sender(using: str) -> Sender | None:
+    """The sender for commits on database ``using``, or None when nobody listens."""
+    from django_outbox.wake.postgres import PostgresSender
+    from django_outbox.wake.redis import RedisSender
+
+    options = conf.get()
+    is_postgres = connections[using].vendor == "postgresql"
+    if options.WAKE == "poll":
+        return None
+    if options.WAKE == "postgres":
+        return PostgresSender(using) if is_postgres else None
+    if options.WAKE == "redis":
+        return RedisSender(options.REDIS_ALIAS, using)
+    senders: list[Sender] = []
+    if is_postgres:
+        senders.append(PostgresSender(using))
+    if redis_configured(options.REDIS_ALIAS):
+        senders.append(RedisSender(options.REDIS_ALIAS, using))
+    if not senders:
+        return None
+    return senders[0] if len(senders) == 1 else _Both(senders)
+
+
+def build_waker(queues: list[str], stop: threading.Event, using: str) -> Waker:
+    """The waker a worker on ``using`` should use, already started (listening)."""
+    from django_outbox.wake.postgres import PostgresWaker
+    from django_outbox.wake.redis import RedisWaker
+
+    options = conf.get()
+    mode = options.WAKE
+    is_postgres = connections[using].vendor == "postgresql"
+    candidates: list[type[Waker]] = []
+    if mode == "postgres" or (mode == "auto" and is_postgres):
+        candidates.append(PostgresWaker)
+    if mode == "redis" or (mode == "auto" and redis_configured(options.REDIS_ALIAS)):
+        candidates.append(RedisWaker)
+    for kind in candidates:
+        waker = kind(queues, stop, using=using)  # type: ignore[call-arg]
+        waker.start()
+        if waker.active:
+            return waker
+        waker.close()
+    if mode != "poll":
+        logger.warning(
+            "no wake-up channel works (WAKE=%r): polling every %g s",
+            mode,
+            options.POLL_INTERVAL,
+        )
+    polling = PollingWaker(queues, stop)
+    polling.start()
+    return polling
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("OUTBOX", "CACHES", "DATABASES"):
+        from django_outbox.wake import notify
+
+        notify.reset()
