@@ -205,9 +205,7 @@ def test_dict_keys_json_would_turn_into_strings_are_refused():
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize(
-    "bad", ["nul\x00byte", "\ud800 lone surrogate"], ids=["nul", "surrogate"]
-)
+@pytest.mark.parametrize("bad", ["nul\x00byte", "\ud800 lone surrogate"], ids=["nul", "surrogate"])
 def test_strings_no_database_can_store_are_refused(bad):
     with pytest.raises(InvalidTaskArguments, match="must be JSON-serialisable"):
         tasks.echo.enqueue(bad)
