@@ -100,3 +100,20 @@ def overruns(seconds: float) -> None:
 @task(queue_name="emails")
 def email(to: str) -> str:
     return to
+
+
+@task(takes_context=True, timeout=0.2, max_attempts=2, backoff_base=0.01, backoff_cap=0.02)
+def overruns_first_time(context: TaskContext) -> int:
+    """The first attempt runs over its timeout; the second is quick."""
+    execution = Execution.objects.create(
+        job_id=int(context.task_result.id),
+        attempt=context.attempt,
+        worker=context.task_result.worker_ids[-1],
+        key="overrun",
+        started=timezone.now(),
+    )
+    if context.attempt == 1:
+        time.sleep(0.6)
+    execution.finished = timezone.now()
+    execution.save(update_fields=["finished"])
+    return context.attempt

@@ -2,10 +2,12 @@
 
 import signal
 import time
+from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
+from django.utils import timezone
 
 import django_outbox
 from django_outbox.models import Job, JobStatus, Worker
@@ -162,3 +164,25 @@ def test_a_job_that_never_returns_does_not_keep_the_worker_from_exiting(start_wo
     # Left leased: it runs again elsewhere once the lease expires, never alongside itself.
     assert Job.objects.get(pk=result.id).status == JobStatus.RUNNING
     assert "over its 0.2 s timeout" in worker.log()
+
+
+def test_delayed_and_prioritised_jobs_run_in_order_and_not_early(start_worker):
+    worker = start_worker("--queues", "slow", "--concurrency", "1", "--batch-size", "1")
+    wait_until(lambda: Worker.objects.exists(), what="the worker to start")
+    now = timezone.now()
+    with transaction.atomic():
+        low = tasks.record_run.using(priority=-10).enqueue("low")
+        high = tasks.record_run.using(priority=10).enqueue("high")
+        soon = tasks.record_run.using(priority=-20, run_after=now + timedelta(seconds=0.7))
+        soon = soon.enqueue("soon")
+        later = tasks.record_run.using(priority=-20, run_after=now + timedelta(seconds=1.5))
+        later = later.enqueue("later")
+    wait_until(lambda: Execution.objects.filter(finished__isnull=False).count() == 4, what="4 runs")
+    runs = {r.key: r for r in Execution.objects.all()}
+    assert runs["high"].started < runs["low"].started < runs["soon"].started < runs["later"].started
+    for result, key in [(soon, "soon"), (later, "later")]:
+        assert runs[key].started >= Job.objects.get(pk=result.id).run_at  # never early
+    assert runs["later"].started - Job.objects.get(pk=later.id).run_at < timedelta(seconds=1)
+    assert {high.id, low.id} <= {str(r.job_id) for r in runs.values()}
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -11,6 +11,7 @@ import django_outbox
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker import Worker
 from tests import tasks
+from tests.models import Execution
 
 
 def job_of(result):
@@ -227,3 +228,16 @@ def test_a_result_no_database_could_store_fails_that_job_and_blocks_no_other(run
     assert job.status == JobStatus.FAILED
     assert "NUL character" in job.errors[0]["traceback"]
     assert all(job_of(r).status == JobStatus.SUCCEEDED for r in good)
+
+
+def test_the_retry_of_a_timed_out_job_never_overlaps_the_run_still_going(run_worker):
+    result = tasks.overruns_first_time.enqueue()
+    for _ in range(20):
+        run_worker(concurrency=2, shutdown_timeout=5)
+        if job_of(result).status != JobStatus.QUEUED:
+            break
+    job = job_of(result)
+    assert job.status == JobStatus.SUCCEEDED and job.return_value == 2
+    assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
+    first, second = Execution.objects.order_by("attempt")
+    assert second.started >= first.finished
