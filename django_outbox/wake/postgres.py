@@ -144,14 +144,20 @@ class PostgresWaker(Waker):
         self._retry_at = time.monotonic() + pause
         logger.warning("wake-ups: %s; polling, next try in %.1f s", why, pause)
 
+    def _probe_channels(self) -> tuple[str, str]:
+        """The channel the probe listens on, and the one it sends to: the same, unless a
+        test wants to see what happens when notifications never arrive."""
+        channel = f"outbox.probe.{uuid.uuid4().hex[:16]}"
+        return channel, channel
+
     def _probe(self) -> bool:
         """Send a notification the way senders do; see that it arrives within 2 s."""
         assert self._conn is not None
-        channel = f"outbox.probe.{uuid.uuid4().hex[:16]}"
+        channel, send_to = self._probe_channels()
         try:
             self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             with connections[self.using].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [channel, "probe"])
+                cursor.execute("SELECT pg_notify(%s, %s)", [send_to, "probe"])
             arrived = any(
                 note.channel == channel
                 for note in self._conn.notifies(timeout=PROBE_SECONDS, stop_after=1)

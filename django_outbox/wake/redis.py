@@ -51,12 +51,11 @@ class RedisSender(Sender):
         now = time.time()
         pipe = _client(self.alias).pipeline(transaction=False)
         for queue, due in queues.items():
-            if due <= now + 0.001:
-                pipe.zadd(key_for(self.alias, self.using, queue), {"wake": 0})
-            else:  # keep only the earliest due time
-                pipe.zadd(
-                    key_for(self.alias, self.using, queue, delayed=True), {"next": due}, lt=True
-                )
+            if due > now + 0.001:  # keep the earliest due time, for workers that come later
+                later = key_for(self.alias, self.using, queue, delayed=True)
+                pipe.zadd(later, {"next": due}, lt=True)
+            # Wake one worker either way: it looks, and learns when the next job falls due.
+            pipe.zadd(key_for(self.alias, self.using, queue), {"wake": 0})
         pipe.execute()
 
 

@@ -1,0 +1,285 @@
+"""Wake-ups, against the real services: PostgreSQL LISTEN/NOTIFY, Redis, and polling.
+
+Workers here poll only every 30 s, so a pickup within a second can only be a wake-up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+import django_outbox
+from django_outbox.models import Job, JobStatus
+from django_outbox.wake import notify
+from django_outbox.wake.base import Sender
+from django_outbox.wake.notify import Coalescer
+from django_outbox.wake.postgres import PostgresWaker, channel_for, listener_params, read_payload
+from django_outbox.wake.redis import key_for
+from tests import tasks
+from tests.conftest import wait_until
+from tests.models import Execution
+
+MODES = ["poll", "postgres", "redis"]
+REQUIRED = os.environ.get("OUTBOX_REQUIRE_SERVICES") == "1"
+
+
+def redis_client(url: str = "redis://127.0.0.1:6379/15"):
+    import redis
+
+    return redis.Redis.from_url(url, socket_connect_timeout=1)
+
+
+def require(mode: str) -> None:
+    if mode == "postgres" and connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL wake-ups need the PostgreSQL run")
+    if mode == "redis":
+        try:
+            redis_client().ping()
+        except Exception as exc:
+            if REQUIRED:
+                pytest.fail(f"Redis is required here but not reachable: {exc}")
+            pytest.skip(f"no Redis at 127.0.0.1:6379 ({exc})")
+        redis_client().flushdb()
+
+
+def worker_env(mode: str) -> dict[str, str]:
+    return {
+        "OUTBOX_TEST_WAKE": mode,
+        "OUTBOX_TEST_POLL_INTERVAL": "0.05" if mode == "poll" else "30",
+        "OUTBOX_TEST_STALLED_CHECK_SECONDS": "30",
+    }
+
+
+def started(worker, mode: str) -> None:
+    ready = {
+        "poll": "wake-ups: poll",
+        "postgres": "wake-ups: postgres",
+        "redis": "wake-ups: redis",
+    }[mode]
+    wait_until(lambda: ready in worker.log(), timeout=20, what=f"a worker using {mode}")
+
+
+def first_start(result) -> float:
+    run = wait_until(
+        lambda: Execution.objects.filter(job_id=int(result.id)).first(), what="the job to run"
+    )
+    return run.started
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_committed_job_is_picked_up_at_once(start_worker, mode):
+    require(mode)
+    worker = start_worker("--queues", "slow", extra_env=worker_env(mode))
+    started(worker, mode)
+    time.sleep(0.3)  # let it settle into its idle wait
+    with transaction.atomic():
+        result = tasks.record_run.enqueue("wake")
+    committed = timezone.now()
+    assert (first_start(result) - committed) < timedelta(seconds=1.5), worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["postgres", "redis"])
+def test_a_delayed_job_is_woken_at_its_due_time_not_before(start_worker, mode):
+    require(mode)
+    worker = start_worker("--queues", "slow", extra_env=worker_env(mode))
+    started(worker, mode)
+    time.sleep(0.3)
+    result = tasks.record_run.using(run_after=timedelta(seconds=1.5)).enqueue("delayed")
+    run_at = Job.objects.get(pk=result.id).run_at
+    begun = first_start(result)
+    assert run_at <= begun < run_at + timedelta(seconds=1), worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_signals_only_on_commit_and_once_per_queue_for_a_bulk_enqueue():
+    require("postgres")
+    with psycopg.connect(**listener_params("default")) as listener:
+        for queue in ("default", "emails"):
+            listener.execute(f'LISTEN "{channel_for(queue)}"')
+        with pytest.raises(RuntimeError), transaction.atomic():
+            tasks.noop.enqueue()
+            raise RuntimeError("rolled back")
+        assert list(listener.notifies(timeout=0.3)) == []
+
+        time.sleep(notify.COALESCE_SECONDS)
+        with transaction.atomic():
+            django_outbox.enqueue_many(tasks.noop, [((), {})] * 300)
+            django_outbox.enqueue_many(tasks.email, [(("a@b.c",), {})] * 300)
+            assert list(listener.notifies(timeout=0.2)) == []  # not before the commit
+        notes = list(listener.notifies(timeout=0.5))
+        queues = sorted(read_payload(n.payload, {"default", "emails"})[0] for n in notes)
+        assert queues == ["default", "emails"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_redis_markers_only_on_commit():
+    require("redis")
+    key = key_for("redis", "default", "default")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.noop.enqueue()
+        raise RuntimeError("rolled back")
+    assert redis_client().zcard(key) == 0
+    tasks.noop.enqueue()
+    assert redis_client().zcard(key) == 1
+    later = key_for("redis", "default", "default", delayed=True)
+    due = timezone.now() + timedelta(minutes=5)
+    tasks.noop.using(run_after=due).enqueue()
+    tasks.noop.using(run_after=due + timedelta(minutes=5)).enqueue()
+    time.sleep(notify.COALESCE_SECONDS * 3)  # the trailing signal
+    assert redis_client().zscore(later, "next") == pytest.approx(due.timestamp(), abs=0.01)
+
+
+class Recording(Sender):
+    name = "recording"
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, queues):
+        self.sent.append((time.monotonic(), dict(queues)))
+
+
+def test_signals_per_queue_are_coalesced_with_a_trailing_one():
+    sender = Recording()
+    coalescer = Coalescer(sender, window=0.1)
+    coalescer.request({"a": 1.0})  # sent at once
+    for _ in range(20):
+        coalescer.request({"a": 2.0})  # inside the window: held back
+    coalescer.request({"a": 0.5, "b": 3.0})  # b was never sent: at once; a: held back
+    coalescer.settle()
+    assert [queues for _at, queues in sender.sent] == [{"a": 1.0}, {"b": 3.0}, {"a": 0.5}]
+    assert sender.sent[2][0] - sender.sent[0][0] >= 0.09  # the trailing one, after the window
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_listen_connection_is_replaced_and_the_worker_looks_at_once(start_worker):
+    require("postgres")
+    worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
+    started(worker, "postgres")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'django_outbox listener'"
+        )
+        assert cursor.fetchone()[0] == 1
+    wait_until(lambda: "listening again on PostgreSQL" in worker.log(), what="a new listener")
+    result = tasks.record_run.enqueue("after-reconnect")
+    committed = timezone.now()
+    assert first_start(result) - committed < timedelta(seconds=1.5), worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_probe_that_never_comes_back_falls_back_to_polling(caplog):
+    require("postgres")
+
+    class SilentLikePgBouncer(PostgresWaker):
+        def _probe_channels(self):
+            listen, _ = super()._probe_channels()
+            return listen, listen + ".nobody"
+
+    import threading
+
+    waker = SilentLikePgBouncer(["default"], threading.Event())
+    began = time.monotonic()
+    waker.start()
+    assert not waker.active
+    assert 1.9 < time.monotonic() - began < 5
+    assert "did not come back within 2 s" in caplog.text
+    waker.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Redis server of the test's own, on another port, to stop and start at will."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if REQUIRED:
+            pytest.fail("redis-server is required here")
+        pytest.skip("no redis-server binary")
+    port = 6391
+    command = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+
+    class Server:
+        url = f"redis://127.0.0.1:{port}/0"
+
+        def start(self):
+            self.process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL)
+            wait_until(lambda: _pings(self.url), timeout=10, what="our Redis to start")
+
+        def stop(self):
+            self.process.terminate()
+            self.process.wait(10)
+
+    server = Server()
+    server.start()
+    yield server
+    server.stop()
+
+
+def _pings(url):
+    try:
+        return redis_client(url).ping()
+    except Exception:
+        return False
+
+
+def redis_caches(url):
+    return {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": "outbox-tests",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 5},
+        },
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_succeeds_with_redis_stopped_and_a_worker_wakes_after_it_restarts(
+    start_worker, own_redis
+):
+    env = worker_env("redis") | {"OUTBOX_TEST_REDIS_URL": own_redis.url}
+    with override_settings(CACHES=redis_caches(own_redis.url)):
+        worker = start_worker("--queues", "slow", extra_env=env)
+        started(worker, "redis")
+        own_redis.stop()
+        stopped = tasks.record_run.enqueue("while-redis-is-down")  # no error: a hint is lost
+        assert Job.objects.filter(pk=stopped.id, status=JobStatus.QUEUED).exists()
+        wait_until(lambda: "Redis" in worker.log() and "polling" in worker.log(), what="fallback")
+        own_redis.start()
+        wait_until(lambda: "answers again" in worker.log(), timeout=20, what="Redis back")
+        first_start(stopped)  # found at once after the reconnect
+        result = tasks.record_run.enqueue("after-restart")
+        committed = timezone.now()
+        assert first_start(result) - committed < timedelta(seconds=1.5), worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
