@@ -1,6 +1,8 @@
 """System checks, each with a stable id.
 
 E001  the OUTBOX setting is invalid
+E002  OUTBOX["WAKE"] = "postgres" while the jobs' database is not PostgreSQL
+E003  OUTBOX["WAKE"] = "redis" without a django-redis cache named OUTBOX["REDIS_ALIAS"]
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
@@ -30,6 +32,41 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         checks.Error(message, id="django_outbox.E001", obj="settings.OUTBOX")
         for message in conf.settings_errors(getattr(settings, "OUTBOX", {}))
     ]
+
+
+@checks.register()
+def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if conf.settings_errors(getattr(settings, "OUTBOX", {})):
+        return []  # E001 says what is wrong first
+    from django.db import router
+
+    from django_outbox.models import Job
+    from django_outbox.wake import redis_configured
+
+    options = conf.get()
+    alias = router.db_for_write(Job)
+    engine = str(settings.DATABASES[alias].get("ENGINE", ""))
+    messages: list[checks.CheckMessage] = []
+    if options.WAKE == "postgres" and "postgresql" not in engine:
+        messages.append(
+            checks.Error(
+                f"OUTBOX['WAKE'] is 'postgres' but the jobs' database {alias!r} is not "
+                "PostgreSQL: no worker would ever be woken.",
+                hint="Use 'auto', 'redis' or 'poll'.",
+                id="django_outbox.E002",
+            )
+        )
+    if options.WAKE == "redis" and not redis_configured(options.REDIS_ALIAS):
+        messages.append(
+            checks.Error(
+                f"OUTBOX['WAKE'] is 'redis' but CACHES[{options.REDIS_ALIAS!r}] is not a "
+                "django-redis cache.",
+                hint="Add a django_redis.cache.RedisCache under that alias, or set "
+                "OUTBOX['REDIS_ALIAS'] to the alias of one.",
+                id="django_outbox.E003",
+            )
+        )
+    return messages
 
 
 def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[checks.CheckMessage]:

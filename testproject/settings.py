@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -96,6 +97,18 @@ TASKS = {
 }
 
 OUTBOX: dict = {}
+
+# Redis is optional: REDIS_URL=redis://127.0.0.1:6379/0 adds a django-redis cache that
+# django_outbox uses for wake-ups (OUTBOX["WAKE"] = "auto" picks it up on SQLite).
+CACHES: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
+if os.environ.get("REDIS_URL"):
+    CACHES["redis"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ["REDIS_URL"],
+    }
+    OUTBOX["REDIS_ALIAS"] = "redis"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -76,3 +76,21 @@ def test_sqlite_without_the_recommended_options_is_warned_about(missing, check_i
 def test_the_backend_check_reports_the_database_it_uses():
     # The test settings follow the recommendations, so the backend has nothing to say.
     assert task_backends["default"].check() == []
+
+
+def wake_errors():
+    return [m for m in checks.run_checks() if m.id in ("django_outbox.E002", "django_outbox.E003")]
+
+
+def test_wake_modes_that_cannot_work_here_are_errors():
+    with override_settings(OUTBOX={"WAKE": "redis", "REDIS_ALIAS": "nope"}):
+        (error,) = wake_errors()
+        assert error.id == "django_outbox.E003" and "CACHES['nope']" in error.msg
+    with override_settings(OUTBOX={"WAKE": "postgres"}):
+        from django.db import connection
+
+        expected = [] if connection.vendor == "postgresql" else ["django_outbox.E002"]
+        assert [e.id for e in wake_errors()] == expected
+    with override_settings(OUTBOX={"WAKE": "sometimes"}):
+        assert "OUTBOX['WAKE'] must be one of auto, postgres, redis, poll" in outbox_errors()[0].msg
+    assert wake_errors() == []

@@ -96,6 +96,8 @@ class Worker:
         self.stats = WorkerStats()
         self.pool = Pool(concurrency)
         self._stop = threading.Event()
+        #: Set once the worker is registered and listening for wake-ups.
+        self.ready = threading.Event()
         self._unflushed: list[Outcome] = []
         self._to_release: list[int] = []
         self._unflushed_since = 0.0
@@ -140,6 +142,7 @@ class Worker:
                 connections[alias].vendor,
                 self.waker.name,
             )
+            self.ready.set()
             try:
                 self._loop()
             finally:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
+from django_outbox.bench import wakeups
 from django_outbox.bench.drain import drain
 from django_outbox.management.commands.runworker import positive_int
 
@@ -28,9 +30,27 @@ class Command(BaseCommand):
         drain_parser.add_argument("--concurrency", type=positive_int, default=4)
         drain_parser.add_argument("--batch-size", type=positive_int, default=None)
         drain_parser.add_argument("--queue", default="default")
+        latency_parser = workloads.add_parser(
+            "latency", help="Pickup latency of one idle worker, per wake mode."
+        )
+        latency_parser.add_argument("--jobs", type=positive_int, default=200)
+        latency_parser.add_argument("--gap-ms", type=positive_int, default=50)
+        latency_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
+        latency_parser.add_argument("--queue", default="default")
+        idle_parser = workloads.add_parser(
+            "idle", help="Statements per second of idle workers, per wake mode."
+        )
+        idle_parser.add_argument("--workers", type=positive_int, default=4)
+        idle_parser.add_argument("--seconds", type=positive_int, default=30)
+        idle_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
+        idle_parser.add_argument("--queue", default="default")
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.getLogger("django_outbox").setLevel(logging.WARNING)
+        if options["workload"] == "latency":
+            return self.latency(options)
+        if options["workload"] == "idle":
+            return self.idle(options)
         figures = drain(
             jobs=options["jobs"],
             processes=options["processes"],
@@ -42,3 +62,40 @@ class Command(BaseCommand):
         self.stdout.write("outbox_bench drain")
         for name, value in figures.rows():
             self.stdout.write(f"  {name:<{width}}  {value}")
+
+    def modes(self, options: dict[str, Any]) -> list[str]:
+        available = wakeups.available_modes()
+        asked = [m.strip() for m in options["modes"].split(",") if m.strip()] or available
+        unknown = [m for m in asked if m not in available]
+        if unknown:
+            raise CommandError(
+                f"wake mode(s) {', '.join(unknown)} not available here; "
+                f"available: {', '.join(available)}"
+            )
+        return asked
+
+    def latency(self, options: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"outbox_bench latency: {options['jobs']} jobs, {options['gap_ms']} ms apart, "
+            f"one idle worker, {connection.vendor}"
+        )
+        self.stdout.write(f"  {'wake':<10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+        for mode in self.modes(options):
+            f = wakeups.latency(
+                mode, jobs=options["jobs"], gap=options["gap_ms"] / 1000, queue=options["queue"]
+            )
+            cells = "".join(f"{v:>10.1f}" for v in (f.p50_ms, f.p95_ms, f.p99_ms, f.max_ms))
+            self.stdout.write(f"  {f.mode:<10}{cells}")
+
+    def idle(self, options: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"outbox_bench idle: {options['workers']} idle workers for {options['seconds']} s, "
+            f"{connection.vendor}"
+        )
+        self.stdout.write(f"  {'wake':<10}{'statements/s per worker':>26}{'commits/s (db)':>18}")
+        for mode in self.modes(options):
+            f = wakeups.idle(
+                mode, workers=options["workers"], seconds=options["seconds"], queue=options["queue"]
+            )
+            commits = "-" if f.transactions_per_s is None else f"{f.transactions_per_s:.2f}"
+            self.stdout.write(f"  {f.mode:<10}{f.statements_per_worker_s:>26.3f}{commits:>18}")

@@ -1,0 +1,138 @@
+"""Wake-up benchmarks: pickup latency of an idle worker, and what idle workers cost.
+
+Workers run in threads of this process, so each wake mode can be set for both sides (the
+enqueueing code and the worker) with override_settings; each counts its own statements.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, connections
+from django.test.utils import override_settings
+
+from django_outbox.models import Job
+from django_outbox.wake import redis_configured
+from django_outbox.worker import Worker
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyFigures:
+    mode: str
+    jobs: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class IdleFigures:
+    mode: str
+    workers: int
+    seconds: float
+    statements_per_worker_s: float
+    transactions_per_s: float | None
+
+
+def available_modes() -> list[str]:
+    modes = ["poll"]
+    if connection.vendor == "postgresql":
+        modes.append("postgres")
+    alias = getattr(settings, "OUTBOX", {}).get("REDIS_ALIAS", "default")
+    if redis_configured(alias):
+        modes.append("redis")
+    return modes
+
+
+class _Background:
+    """Workers running in threads, stopped together."""
+
+    def __init__(self, count: int, queue: str) -> None:
+        self.workers = [Worker(queues=[queue], concurrency=2) for _ in range(count)]
+        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in self.workers]
+
+    @staticmethod
+    def _run(worker: Worker) -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    def __enter__(self) -> _Background:
+        for thread in self.threads:
+            thread.start()
+        for worker in self.workers:
+            worker.ready.wait(15)
+        time.sleep(1.0)  # let them settle into their idle wait
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for worker in self.workers:
+            worker.request_stop("benchmark done")
+        for thread in self.threads:
+            thread.join(30)
+
+
+def _outbox(mode: str) -> dict[str, Any]:
+    return {**getattr(settings, "OUTBOX", {}), "WAKE": mode}
+
+
+def latency(
+    mode: str, jobs: int = 200, gap: float = 0.05, queue: str = "default"
+) -> LatencyFigures:
+    from django_outbox.bench.tasks import noop
+
+    bench_jobs = Job.objects.filter(task_path=noop.module_path)
+    bench_jobs.delete()
+    with override_settings(OUTBOX=_outbox(mode)), _Background(1, queue):
+        task = noop.using(queue_name=queue)
+        ids = []
+        for _ in range(jobs):
+            ids.append(int(task.enqueue().id))
+            time.sleep(gap)
+        deadline = time.monotonic() + 30
+        while bench_jobs.filter(started_at__isnull=True).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    waits = sorted(
+        (started - enqueued).total_seconds() * 1000
+        for enqueued, started in bench_jobs.filter(pk__in=ids).values_list(
+            "enqueued_at", "started_at"
+        )
+        if started is not None
+    )
+    bench_jobs.delete()
+    cuts = statistics.quantiles(waits, n=100, method="inclusive")
+    return LatencyFigures(mode, len(waits), cuts[49], cuts[94], cuts[98], waits[-1])
+
+
+def idle(mode: str, workers: int = 4, seconds: float = 30.0, queue: str = "default") -> IdleFigures:
+    with override_settings(OUTBOX=_outbox(mode)), _Background(workers, queue) as background:
+        before = [w.stats.statements for w in background.workers]
+        commits_before = _commits()
+        time.sleep(seconds)
+        after = [w.stats.statements for w in background.workers]
+        commits_after = _commits()
+    per_worker = (sum(after) - sum(before)) / workers / seconds
+    transactions = None
+    if commits_before is not None and commits_after is not None:
+        transactions = (commits_after - commits_before) / seconds
+    return IdleFigures(mode, workers, seconds, per_worker, transactions)
+
+
+def _commits() -> int | None:
+    """Transactions committed in this database so far (PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else None
