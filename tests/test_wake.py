@@ -283,3 +283,35 @@ def test_enqueue_succeeds_with_redis_stopped_and_a_worker_wakes_after_it_restart
         assert first_start(result) - committed < timedelta(seconds=1.5), worker.log()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_long_queue_names_get_distinct_hashed_channels_within_postgres_limit():
+    long_a, long_b = "q" * 80 + "a", "q" * 80 + "b"
+    assert channel_for("emails") == "outbox.emails"
+    for name in (long_a, long_b, "ü" * 40):
+        assert len(channel_for(name).encode()) <= 63
+    assert channel_for(long_a) != channel_for(long_b)
+
+
+@pytest.mark.parametrize(
+    "payload", ["", "not json", "[]", '{"q": 1}', '{"q": "other", "at": 1}', '{"q": "slow"}']
+)
+def test_payloads_we_did_not_send_are_ignored(payload):
+    assert read_payload(payload, {"slow"}) is None
+    assert read_payload('{"q": "slow", "at": 12.5}', {"slow"}) == ("slow", 12.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_survives_garbage_on_its_channel(start_worker):
+    require("postgres")
+    worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
+    started(worker, "postgres")
+    with connection.cursor() as cursor:
+        for garbage in ["", "{", '{"q": null}', "\x01\x02"]:
+            cursor.execute("SELECT pg_notify(%s, %s)", [channel_for("slow"), garbage])
+    result = tasks.record_run.enqueue("after-garbage")
+    committed = timezone.now()
+    assert first_start(result) - committed < timedelta(seconds=1.5), worker.log()
+    assert worker.process.poll() is None
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
