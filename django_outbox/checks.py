@@ -38,16 +38,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     if conf.settings_errors(getattr(settings, "OUTBOX", {})):
         return []  # E001 says what is wrong first
-    from django.db import router
+    from django.db import connections, router
 
     from django_outbox.models import Job
     from django_outbox.wake import redis_configured
 
     options = conf.get()
     alias = router.db_for_write(Job)
-    engine = str(settings.DATABASES[alias].get("ENGINE", ""))
     messages: list[checks.CheckMessage] = []
-    if options.WAKE == "postgres" and "postgresql" not in engine:
+    if options.WAKE == "postgres" and connections[alias].vendor != "postgresql":
         messages.append(
             checks.Error(
                 f"OUTBOX['WAKE'] is 'postgres' but the jobs' database {alias!r} is not "

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -314,3 +315,44 @@ def test_a_worker_survives_garbage_on_its_channel(start_worker):
     assert worker.process.poll() is None
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["postgres", "redis"])
+def test_a_busy_worker_with_room_sees_a_signal_without_waiting_for_its_poll(start_worker, mode):
+    require(mode)
+    worker = start_worker("--queues", "slow", "--concurrency", "2", extra_env=worker_env(mode))
+    started(worker, mode)
+    long = tasks.record_run.enqueue("long", seconds=5)
+    first_start(long)  # busy now, with one thread to spare
+    time.sleep(0.5)
+    assert_prompt_pickup("while-busy", worker)
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def test_enqueue_and_worker_start_need_no_psycopg_on_sqlite(tmp_path):
+    code = """
+import sys
+sys.modules["psycopg"] = None  # as if the postgres extra were not installed
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from testproject.shop.tasks import send_welcome
+from django_outbox.worker import Worker
+send_welcome.enqueue(1)
+Worker(queues=["emails"], burst=True).run()
+print("ok")
+"""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "OUTBOX_SQLITE_PATH": str(tmp_path / "no-psycopg.sqlite3"),
+    }
+    from tests.conftest import ROOT
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.stdout.strip().endswith("ok"), out.stderr

@@ -120,7 +120,8 @@ def claim(
 def next_due(queues: list[str], backend: str = "default") -> datetime | None:
     """When the earliest queued job of ``queues`` falls due (None: no queued job)."""
     found: datetime | None = (
-        Job.objects.filter(status=JobStatus.QUEUED, queue__in=queues, backend=backend)
+        Job.objects.using(router.db_for_write(Job))
+        .filter(status=JobStatus.QUEUED, queue__in=queues, backend=backend)
         .order_by("run_at")
         .values_list("run_at", flat=True)
         .first()

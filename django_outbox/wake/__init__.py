@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -47,21 +48,18 @@ class _Both(Sender):
 
 def build_sender(using: str) -> Sender | None:
     """The sender for commits on database ``using``, or None when nobody listens."""
-    from django_outbox.wake.postgres import PostgresSender
-    from django_outbox.wake.redis import RedisSender
-
     options = conf.get()
-    is_postgres = connections[using].vendor == "postgresql"
-    if options.WAKE == "poll":
-        return None
-    if options.WAKE == "postgres":
-        return PostgresSender(using) if is_postgres else None
-    if options.WAKE == "redis":
-        return RedisSender(options.REDIS_ALIAS, using)
     senders: list[Sender] = []
-    if is_postgres:
+    if options.WAKE in ("postgres", "auto") and connections[using].vendor == "postgresql":
+        # Imported only here: psycopg is an optional dependency.
+        from django_outbox.wake.postgres import PostgresSender
+
         senders.append(PostgresSender(using))
-    if redis_configured(options.REDIS_ALIAS):
+    if options.WAKE == "redis" or (
+        options.WAKE == "auto" and redis_configured(options.REDIS_ALIAS)
+    ):
+        from django_outbox.wake.redis import RedisSender
+
         senders.append(RedisSender(options.REDIS_ALIAS, using))
     if not senders:
         return None
@@ -69,30 +67,33 @@ def build_sender(using: str) -> Sender | None:
 
 
 def build_waker(queues: list[str], stop: threading.Event, using: str) -> Waker:
-    """The waker a worker on ``using`` should use, already started (listening)."""
-    from django_outbox.wake.postgres import PostgresWaker
-    from django_outbox.wake.redis import RedisWaker
+    """The waker a worker on ``using`` should use, already started (listening).
 
+    A channel that is down at start is kept and retried (the worker polls meanwhile); only
+    a channel that cannot work here, such as LISTEN behind a transaction-mode PgBouncer,
+    is given up for the next candidate, and in the end for polling.
+    """
     options = conf.get()
     mode = options.WAKE
-    is_postgres = connections[using].vendor == "postgresql"
-    candidates: list[type[Waker]] = []
-    if mode == "postgres" or (mode == "auto" and is_postgres):
-        candidates.append(PostgresWaker)
+    candidates: list[Callable[[], Waker]] = []
+    if mode in ("postgres", "auto") and connections[using].vendor == "postgresql":
+        from django_outbox.wake.postgres import PostgresWaker
+
+        candidates.append(lambda: PostgresWaker(queues, stop, using=using))
     if mode == "redis" or (mode == "auto" and redis_configured(options.REDIS_ALIAS)):
-        candidates.append(RedisWaker)
-    for kind in candidates:
-        waker = kind(queues, stop, using=using)  # type: ignore[call-arg]
+        from django_outbox.wake.redis import RedisWaker
+
+        candidates.append(lambda: RedisWaker(queues, stop, using=using))
+    for make in candidates:
+        waker = make()
         waker.start()
-        if waker.active:
+        if waker.active or waker.will_retry:
             return waker
         waker.close()
-    if mode != "poll":
-        logger.warning(
-            "no wake-up channel works (WAKE=%r): polling every %g s",
-            mode,
-            options.POLL_INTERVAL,
-        )
+    if candidates:
+        logger.warning("no wake-up channel works (WAKE=%r): polling", mode)
+    elif mode != "poll":
+        logger.info("wake-ups: none configured (WAKE=%r); polling", mode)
     polling = PollingWaker(queues, stop)
     polling.start()
     return polling

@@ -46,6 +46,11 @@ class Waker(ABC):
         """True while signals can arrive (a worker then polls only as a safety net)."""
         return False
 
+    @property
+    def will_retry(self) -> bool:
+        """True when the channel is down for now and will be tried again."""
+        return False
+
     def start(self) -> None:  # noqa: B027  (optional hook)
         """Begin listening; called before the worker's first look for work."""
 

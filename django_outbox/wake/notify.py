@@ -33,6 +33,7 @@ class Coalescer:
         self._last_sent: dict[str, float] = {}
         self._pending: dict[str, float] = {}  # queue -> earliest due, for the trailing send
         self._timer: threading.Timer | None = None
+        self._failing = False
 
     def request(self, queues: dict[str, float]) -> None:
         now = time.monotonic()
@@ -75,9 +76,16 @@ class Coalescer:
         try:
             self.sender.send(queues)
         except Exception as exc:  # a signal is a hint: never fail the caller for it
-            logger.warning(
-                "wake-up through %s failed (%s); workers will poll", self.sender.name, exc
+            # Said once per outage, not once per commit.
+            level = logging.DEBUG if self._failing else logging.WARNING
+            self._failing = True
+            logger.log(
+                level, "wake-up through %s failed (%s); workers will poll", self.sender.name, exc
             )
+        else:
+            if self._failing:
+                logger.info("wake-up through %s works again", self.sender.name)
+            self._failing = False
 
 
 _coalescers: dict[str, Coalescer] = {}

@@ -110,8 +110,15 @@ class PostgresWaker(Waker):
     def active(self) -> bool:
         return self._usable and self._conn is not None
 
+    @property
+    def will_retry(self) -> bool:
+        return self._usable and self._conn is None
+
     def start(self) -> None:
-        if self._connect() and self._probe():
+        if not self._connect():
+            self._usable = True  # the server is away: retry it; the probe waits till then
+            return
+        if self._probe():
             self._usable = True
             logger.info("wake-ups: listening on PostgreSQL for %s", ", ".join(self.queues))
 
@@ -181,20 +188,22 @@ class PostgresWaker(Waker):
     def wait(self, timeout: float) -> Wake:
         deadline = time.monotonic() + max(0.0, timeout)
         wake = Wake()
+        first = True  # with timeout 0, still read what has arrived (a glance)
         while not self.stop.is_set():
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline and not first:
                 break
+            first = False
             if self._conn is None:
                 if self._usable and now >= self._retry_at and self._connect():
                     logger.info("wake-ups: listening again on PostgreSQL")
                     return Wake(look_now=True)  # signals may have been missed meanwhile
-                self.stop.wait(min(CHUNK_SECONDS, deadline - now))
+                self.stop.wait(max(0.0, min(CHUNK_SECONDS, deadline - now)))
                 continue
             if now - self._last_traffic >= HEARTBEAT_SECONDS and not self._heartbeat():
                 return Wake(look_now=True)
             try:
-                self._read(min(CHUNK_SECONDS, deadline - now), wake)
+                self._read(max(0.0, min(CHUNK_SECONDS, deadline - now)), wake)
             except psycopg.Error as exc:
                 self._failed(f"the LISTEN connection failed ({type(exc).__name__})")
                 return Wake(look_now=True)

@@ -101,8 +101,14 @@ class RedisWaker(Waker):
             )
             self._said_down = True
 
+    @property
+    def will_retry(self) -> bool:
+        return not self._up
+
     def wait(self, timeout: float) -> Wake:
-        deadline = time.monotonic() + max(0.0, timeout)
+        if timeout <= 0:
+            return self._glance()
+        deadline = time.monotonic() + timeout
         while not self.stop.is_set():
             now = time.monotonic()
             if now >= deadline:
@@ -120,6 +126,19 @@ class RedisWaker(Waker):
             if wake.look_now or wake.next_due is not None:
                 return wake
         return Wake()
+
+    def _glance(self) -> Wake:
+        """Take a marker if one is there, without waiting."""
+        if not self._up:
+            return Wake()
+        try:
+            pipe = _client(self.alias).pipeline(transaction=False)
+            for key in self._keys:
+                pipe.zpopmin(key)
+            return Wake(look_now=any(pipe.execute()))
+        except Exception as exc:
+            self._down(exc)
+            return Wake(look_now=True)
 
     def _wait_once(self, timeout: float) -> Wake:
         client = _client(self.alias)

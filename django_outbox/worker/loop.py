@@ -216,6 +216,11 @@ class Worker:
         if jobs is None:  # the database is unreachable: try again when _db allows
             self._next_claim = max(now + self.settings.POLL_INTERVAL, self._db_ok_after)
             return 0
+        if jobs and not in_flight and not self._unflushed:
+            # Every lease held is one just granted; renew them on the busy schedule, not
+            # the idle one (which can be as long as a lease).
+            self._leases_renewed_at = now
+            self._next_heartbeat = min(self._next_heartbeat, now + self.settings.HEARTBEAT_SECONDS)
         for job in jobs:
             self.pool.submit(job)
         self.stats.claimed += len(jobs)
