@@ -113,21 +113,32 @@ def test_a_delayed_job_is_woken_at_its_due_time_not_before(start_worker, mode):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_postgres_signals_only_on_commit_and_once_per_queue_for_a_bulk_enqueue():
+def test_signals_go_only_on_commit_and_once_per_queue_for_a_bulk_enqueue():
+    recording = Recording()
+    notify._coalescers["default"] = Coalescer(recording)
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            tasks.noop.enqueue()
+            raise RuntimeError("rolled back")
+        assert recording.sent == []
+        with transaction.atomic():
+            django_outbox.enqueue_many(tasks.noop, [((), {})] * 300)
+            django_outbox.enqueue_many(tasks.email, [(("a@b.c",), {})] * 300)
+            assert recording.sent == []  # not before the commit
+        assert [sorted(queues) for _at, queues in recording.sent] == [["default"], ["emails"]]
+    finally:
+        notify.reset()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgres_delivers_the_signals_to_a_listener():
     require("postgres")
     with psycopg.connect(**listener_params("default")) as listener:
         for queue in ("default", "emails"):
             listener.execute(f'LISTEN "{channel_for(queue)}"')
-        with pytest.raises(RuntimeError), transaction.atomic():
-            tasks.noop.enqueue()
-            raise RuntimeError("rolled back")
-        assert list(listener.notifies(timeout=0.3)) == []
-
         time.sleep(notify.COALESCE_SECONDS)
-        with transaction.atomic():
-            django_outbox.enqueue_many(tasks.noop, [((), {})] * 300)
-            django_outbox.enqueue_many(tasks.email, [(("a@b.c",), {})] * 300)
-            assert list(listener.notifies(timeout=0.2)) == []  # not before the commit
+        django_outbox.enqueue_many(tasks.noop, [((), {})] * 3)
+        tasks.email.enqueue("x@y.z")
         notes = list(listener.notifies(timeout=0.5))
         queues = sorted(read_payload(n.payload, {"default", "emails"})[0] for n in notes)
         assert queues == ["default", "emails"]
@@ -296,7 +307,17 @@ def test_long_queue_names_get_distinct_hashed_channels_within_postgres_limit():
 
 
 @pytest.mark.parametrize(
-    "payload", ["", "not json", "[]", '{"q": 1}', '{"q": "other", "at": 1}', '{"q": "slow"}']
+    "payload",
+    [
+        "",
+        "not json",
+        "[]",
+        '{"q": 1}',
+        '{"q": "other", "at": 1}',
+        '{"q": "slow"}',
+        '{"q": "slow", "at": 1e999}',
+        '{"q": "slow", "at": 1' + "0" * 400 + "}",
+    ],
 )
 def test_payloads_we_did_not_send_are_ignored(payload):
     assert read_payload(payload, {"slow"}) is None
@@ -309,7 +330,14 @@ def test_a_worker_survives_garbage_on_its_channel(start_worker):
     worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
     started(worker, "postgres")
     with connection.cursor() as cursor:
-        for garbage in ["", "{", '{"q": null}', "\x01\x02"]:
+        for garbage in [
+            "",
+            "{",
+            '{"q": null}',
+            "\x01\x02",
+            '{"q": "slow", "at": 1e999}',
+            '{"q": "slow", "at": 1' + "0" * 400 + "}",
+        ]:
             cursor.execute("SELECT pg_notify(%s, %s)", [channel_for("slow"), garbage])
     assert_prompt_pickup("after-garbage", worker)
     assert worker.process.poll() is None
@@ -356,3 +384,19 @@ print("ok")
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert out.stdout.strip().endswith("ok"), out.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_due_job_locked_by_someone_else_does_not_make_an_idle_worker_spin(start_worker):
+    require("postgres")
+    worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
+    started(worker, "postgres")
+    result = tasks.record_run.using(run_after=timedelta(seconds=1)).enqueue("locked")
+    with transaction.atomic():
+        Job.objects.select_for_update().get(pk=result.id)  # as a claim in flight would
+        time.sleep(3)  # due after 1 s, but locked until 3 s
+    first_start(result)
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+    statements = int(worker.log().split(" statements (")[0].rsplit(" ", 1)[1])
+    assert statements < 40, worker.log()

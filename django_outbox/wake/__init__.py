@@ -86,7 +86,12 @@ def build_waker(queues: list[str], stop: threading.Event, using: str) -> Waker:
         candidates.append(lambda: RedisWaker(queues, stop, using=using))
     for make in candidates:
         waker = make()
-        waker.start()
+        try:
+            waker.start()
+        except Exception as exc:  # a broken channel must not stop the worker starting
+            logger.warning("wake-ups: %s failed to start (%s)", waker.name, exc)
+            waker.close()
+            continue
         if waker.active or waker.will_retry:
             return waker
         waker.close()

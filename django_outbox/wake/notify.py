@@ -53,20 +53,30 @@ class Coalescer:
             self._send(send_now)
 
     def settle(self) -> None:
-        """Wait for a pending trailing send (before forking: no threads may be running)."""
-        timer = self._timer
-        if timer is not None:
+        """Wait for pending trailing sends (before forking: no threads may be running)."""
+        while True:
+            with self._lock:
+                timer = self._timer
+            if timer is None or timer is threading.current_thread():
+                return
             timer.join()
 
     def _send_trailing(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-            self._timer = None
             now = time.monotonic()
             for queue in pending:
                 self._last_sent[queue] = now
         if pending:
             self._send(pending)
+        with self._lock:
+            # Only now is this timer done (settle() waits for it). Requests that came while
+            # it sent are held for one more window.
+            self._timer = None
+            if self._pending:
+                self._timer = threading.Timer(self.window, self._send_trailing)
+                self._timer.daemon = True
+                self._timer.start()
         # This timer thread is done: close any database connection it opened.
         from django.db import connections
 

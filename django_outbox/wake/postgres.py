@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -54,9 +55,9 @@ def read_payload(text: str, queues: set[str]) -> tuple[str, float] | None:
     try:
         data = json.loads(text)
         queue, due = data["q"], float(data["at"])
-    except (ValueError, TypeError, KeyError):
+    except Exception:  # anything at all: a stranger's NOTIFY must never stop a worker
         return None
-    if not isinstance(queue, str) or queue not in queues or due != due:
+    if not isinstance(queue, str) or queue not in queues or not math.isfinite(due):
         return None
     return queue, due
 
@@ -105,6 +106,7 @@ class PostgresWaker(Waker):
         self._retry_at = 0.0
         self._failures = 0
         self._last_traffic = 0.0
+        self._look_first = False
 
     @property
     def active(self) -> bool:
@@ -161,17 +163,21 @@ class PostgresWaker(Waker):
         """Send a notification the way senders do; see that it arrives within 2 s."""
         assert self._conn is not None
         channel, send_to = self._probe_channels()
+        arrived = False
         try:
             self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             with connections[self.using].cursor() as cursor:
                 cursor.execute("SELECT pg_notify(%s, %s)", [send_to, "probe"])
-            arrived = any(
-                note.channel == channel
-                for note in self._conn.notifies(timeout=PROBE_SECONDS, stop_after=1)
-            )
+            deadline = time.monotonic() + PROBE_SECONDS
+            while not arrived and (left := deadline - time.monotonic()) > 0:
+                for note in self._conn.notifies(timeout=left, stop_after=1):
+                    if note.channel == channel:
+                        arrived = True
+                    else:  # a queue's signal, meanwhile: look for work once started
+                        self._look_first = True
             self._conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
-        except psycopg.Error as exc:
-            self._failed(f"the LISTEN probe failed ({type(exc).__name__})")
+        except Exception as exc:  # psycopg's or Django's: either way, no wake-ups yet
+            self._failed(f"the LISTEN probe failed ({type(exc).__name__}: {exc})")
             return False
         if not arrived:
             logger.warning(
@@ -187,7 +193,10 @@ class PostgresWaker(Waker):
 
     def wait(self, timeout: float) -> Wake:
         deadline = time.monotonic() + max(0.0, timeout)
-        wake = Wake()
+        wake = Wake(look_now=self._look_first)
+        self._look_first = False
+        if wake.look_now:
+            return wake
         first = True  # with timeout 0, still read what has arrived (a glance)
         while not self.stop.is_set():
             now = time.monotonic()

@@ -149,6 +149,8 @@ class RedisWaker(Waker):
             if wake.look_now or wake.next_due is not None:
                 return wake
         popped = client.bzpopmin(self._keys, timeout=max(0.01, timeout))
+        if popped:
+            self._next_due_read = 0.0  # after this look, learn when delayed jobs fall due
         return Wake(look_now=bool(popped))
 
     def _read_due(self, client: Any) -> Wake:

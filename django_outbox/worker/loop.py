@@ -235,7 +235,11 @@ class Worker:
         if self.waker.active:
             due = self._db(lambda: claim.next_due(self.queues, self.backend))
             if due is not None:
-                self._next_claim = min(self._next_claim, _monotonic_at(due.timestamp()))
+                # A due job we could not claim is locked by another worker's claim: look
+                # again in a moment, never in a tight loop.
+                soonest = now + min(1.0, self._poll_seconds)
+                at = max(_monotonic_at(due.timestamp()), soonest)
+                self._next_claim = min(self._next_claim, at)
         return len(jobs)
 
     def _collect(self, timeout: float) -> None:
