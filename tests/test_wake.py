@@ -179,6 +179,7 @@ def test_signals_per_queue_are_coalesced_with_a_trailing_one():
     for _ in range(20):
         coalescer.request({"a": 2.0})  # inside the window: held back
     coalescer.request({"a": 0.5, "b": 3.0})  # b was never sent: at once; a: held back
+    time.sleep(0.25)  # the window passes; the sender thread sends what it held
     coalescer.settle()
     assert [queues for _at, queues in sender.sent] == [{"a": 1.0}, {"b": 3.0}, {"a": 0.5}]
     assert sender.sent[2][0] - sender.sent[0][0] >= 0.09  # the trailing one, after the window

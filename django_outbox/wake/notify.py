@@ -24,65 +24,80 @@ COALESCE_SECONDS = 0.05
 
 
 class Coalescer:
-    """At most one send per queue per window, with a trailing send for what came between."""
+    """At most one send per queue per window, with a trailing send for what came between.
+
+    Sends inside the window are held for one long-lived thread per process, which keeps
+    its own database connection between sends (no new thread or connection per signal).
+    """
 
     def __init__(self, sender: Sender, window: float = COALESCE_SECONDS) -> None:
         self.sender = sender
         self.window = window
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._last_sent: dict[str, float] = {}
         self._pending: dict[str, float] = {}  # queue -> earliest due, for the trailing send
-        self._timer: threading.Timer | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
         self._failing = False
 
     def request(self, queues: dict[str, float]) -> None:
         now = time.monotonic()
         send_now: dict[str, float] = {}
-        with self._lock:
+        with self._cond:
             for queue, due in queues.items():
                 if now - self._last_sent.get(queue, -1e9) >= self.window:
                     self._last_sent[queue] = now
                     send_now[queue] = due
                 else:
                     self._pending[queue] = min(due, self._pending.get(queue, due))
-            if self._pending and self._timer is None:
-                self._timer = threading.Timer(self.window, self._send_trailing)
-                self._timer.daemon = True
-                self._timer.start()
+            if self._pending:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="outbox-wake-sender", daemon=True
+                    )
+                    self._thread.start()
+                self._cond.notify()
         if send_now:
             self._send(send_now)
 
     def settle(self) -> None:
-        """Wait for pending trailing sends (before forking: no threads may be running)."""
-        while True:
-            with self._lock:
-                timer = self._timer
-            if timer is None or timer is threading.current_thread():
+        """Send what is held and stop the sender thread (before forking: no threads may run).
+        The next request starts it again."""
+        with self._cond:
+            thread = self._thread
+            if thread is None or thread is threading.current_thread():
                 return
-            timer.join()
+            self._stopping = True
+            self._cond.notify()
+        thread.join()
+        with self._cond:
+            self._thread = None
+            self._stopping = False
 
-    def _send_trailing(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, {}
-            now = time.monotonic()
-            for queue in pending:
-                self._last_sent[queue] = now
-        if pending:
-            self._send(pending)
-        with self._lock:
-            # Only now is this timer done (settle() waits for it). Requests that came while
-            # it sent are held for one more window.
-            self._timer = None
-            if self._pending:
-                self._timer = threading.Timer(self.window, self._send_trailing)
-                self._timer.daemon = True
-                self._timer.start()
-        # This timer thread is done: close any database connection it opened.
+    def _run(self) -> None:
         from django.db import connections
 
-        connections.close_all()
+        try:
+            while True:
+                with self._cond:
+                    while not self._pending and not self._stopping:
+                        self._cond.wait()
+                    if not self._pending:
+                        return  # stopping, nothing held
+                    now = time.monotonic()
+                    ready_at = min(self._last_sent.get(q, 0.0) + self.window for q in self._pending)
+                    if ready_at > now and not self._stopping:
+                        self._cond.wait(ready_at - now)
+                        continue
+                    pending, self._pending = self._pending, {}
+                    for queue in pending:
+                        self._last_sent[queue] = now
+                if not self._send(pending):
+                    connections.close_all()  # start the next send on a fresh connection
+        finally:
+            connections.close_all()
 
-    def _send(self, queues: dict[str, float]) -> None:
+    def _send(self, queues: dict[str, float]) -> bool:
         try:
             self.sender.send(queues)
         except Exception as exc:  # a signal is a hint: never fail the caller for it
@@ -92,10 +107,11 @@ class Coalescer:
             logger.log(
                 level, "wake-up through %s failed (%s); workers will poll", self.sender.name, exc
             )
-        else:
-            if self._failing:
-                logger.info("wake-up through %s works again", self.sender.name)
-            self._failing = False
+            return False
+        if self._failing:
+            logger.info("wake-up through %s works again", self.sender.name)
+        self._failing = False
+        return True
 
 
 _coalescers: dict[str, Coalescer] = {}
@@ -125,7 +141,10 @@ def settle() -> None:
 def reset() -> None:
     """Forget the senders (settings changed)."""
     with _coalescers_lock:
+        coalescers = list(_coalescers.values())
         _coalescers.clear()
+    for coalescer in coalescers:
+        coalescer.settle()  # no orphaned sender threads
 
 
 def notify_on_commit(due: Iterable[tuple[str, datetime]], using: str) -> None:

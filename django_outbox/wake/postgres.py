@@ -91,6 +91,11 @@ def listener_params(using: str) -> dict[str, Any]:
         tcp_user_timeout=5000,
         application_name="django_outbox listener",
     )
+    # A server that accepts but does not answer must not hold LISTEN, the probe or the
+    # heartbeat for ever: each statement gets the same deadline as a connection.
+    params["options"] = (
+        f"{params.get('options', '')} -c statement_timeout={CONNECT_SECONDS}s".strip()
+    )
     return params
 
 

@@ -40,14 +40,34 @@ def key_for(alias: str, using: str, queue: str, delayed: bool = False) -> str:
     return f"{prefix}:django_outbox:{database}:{queue}" + (":later" if delayed else "")
 
 
+def socket_timeout(alias: str) -> float | None:
+    """The cache's SOCKET_TIMEOUT, if it sets one: a blocking wait must stay below it."""
+    value = settings.CACHES.get(alias, {}).get("OPTIONS", {}).get("SOCKET_TIMEOUT")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+#: After a failed send, commits skip Redis this long rather than each wait on it.
+SENDER_PAUSE_SECONDS = 5.0
+
+
 class RedisSender(Sender):
     name = "redis"
 
     def __init__(self, alias: str, using: str) -> None:
         self.alias = alias
         self.using = using
+        self._paused_until = 0.0
 
     def send(self, queues: dict[str, float]) -> None:
+        if time.monotonic() < self._paused_until:
+            return  # Redis failed a moment ago: workers poll meanwhile
+        try:
+            self._send(queues)
+        except Exception:
+            self._paused_until = time.monotonic() + SENDER_PAUSE_SECONDS
+            raise
+
+    def _send(self, queues: dict[str, float]) -> None:
         now = time.time()
         pipe = _client(self.alias).pipeline(transaction=False)
         for queue, due in queues.items():
@@ -74,6 +94,8 @@ class RedisWaker(Waker):
         self._said_down = False
         self._retry_at = 0.0
         self._next_due_read = 0.0
+        limit = socket_timeout(self.alias)
+        self._chunk = min(CHUNK_SECONDS, limit * 0.5) if limit else CHUNK_SECONDS
 
     @property
     def active(self) -> bool:
@@ -119,7 +141,7 @@ class RedisWaker(Waker):
                 self.stop.wait(min(0.25, deadline - now))
                 continue
             try:
-                wake = self._wait_once(min(CHUNK_SECONDS, deadline - now))
+                wake = self._wait_once(min(self._chunk, deadline - now))
             except Exception as exc:
                 self._down(exc)
                 return Wake(look_now=True)
@@ -149,6 +171,10 @@ class RedisWaker(Waker):
             if wake.look_now or wake.next_due is not None:
                 return wake
         popped = client.bzpopmin(self._keys, timeout=max(0.01, timeout))
+        if popped and self.stop.is_set():
+            # Stopping: this worker will not look, so leave the marker for another one.
+            client.zadd(popped[0], {popped[1]: popped[2]})
+            return Wake()
         if popped:
             self._next_due_read = 0.0  # after this look, learn when delayed jobs fall due
         return Wake(look_now=bool(popped))
