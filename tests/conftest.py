@@ -112,3 +112,13 @@ def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_wake_up_senders(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Before the test database is dropped, stop the sender thread that keeps a connection."""
+    yield
+    from django_outbox.wake import notify
+
+    with django_db_blocker.unblock():
+        notify.reset()
