@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from django.db import connections
 
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
@@ -109,4 +112,19 @@ class Pool:
         return cancelled
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Let the threads go; each closes its database connections on the way out.
+
+        Jobs not yet started were withdrawn first (cancel_waiting), so what is left in the
+        executor's queue is one closing task per thread; the barrier spreads them one per
+        thread (a stuck thread never arrives: the others give up waiting after 0.2 s).
+        """
+        barrier = threading.Barrier(self.concurrency, timeout=0.2)
+
+        def close_connections() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+            connections.close_all()
+
+        for _ in range(self.concurrency):
+            self._executor.submit(close_connections)
+        self._executor.shutdown(wait=False)
