@@ -401,3 +401,21 @@ def test_a_due_job_locked_by_someone_else_does_not_make_an_idle_worker_spin(star
     assert worker.wait() == 0
     statements = int(worker.log().split(" statements (")[0].rsplit(" ", 1)[1])
     assert statements < 40, worker.log()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_signal_lost_while_the_listener_is_down_costs_no_30_s_wait(start_worker):
+    require("postgres")
+    worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
+    started(worker, "postgres")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'django_outbox listener'"
+        )
+    result = tasks.record_run.enqueue("signal-lost")  # its NOTIFY finds no listener
+    committed = timezone.now()
+    # The worker looks for work at once after the failure and again after reconnecting.
+    assert first_start(result) - committed < timedelta(seconds=3), worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
