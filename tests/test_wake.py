@@ -70,6 +70,16 @@ def started(worker, mode: str) -> None:
     wait_until(lambda: ready in worker.log(), timeout=20, what=f"a worker using {mode}")
 
 
+def terminate_listeners() -> int:
+    """Kill every worker's LISTEN connection, as a server restart or a DBA would."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'django_outbox listener'"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def assert_prompt_pickup(key: str, worker) -> None:
     """A job committed now starts within 1.5 s: far sooner than the 30 s poll."""
     with transaction.atomic():
@@ -190,12 +200,7 @@ def test_a_killed_listen_connection_is_replaced_and_the_worker_looks_at_once(sta
     require("postgres")
     worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
     started(worker, "postgres")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = 'django_outbox listener'"
-        )
-        assert cursor.fetchone()[0] == 1
+    assert terminate_listeners() == 1
     wait_until(lambda: "listening again on PostgreSQL" in worker.log(), what="a new listener")
     assert_prompt_pickup("after-reconnect", worker)
     worker.send(signal.SIGTERM)
@@ -408,11 +413,7 @@ def test_a_signal_lost_while_the_listener_is_down_costs_no_30_s_wait(start_worke
     require("postgres")
     worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
     started(worker, "postgres")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE application_name = 'django_outbox listener'"
-        )
+    assert terminate_listeners() == 1
     result = tasks.record_run.enqueue("signal-lost")  # its NOTIFY finds no listener
     committed = timezone.now()
     # The worker looks for work at once after the failure and again after reconnecting.

@@ -11,6 +11,7 @@ from django.db import connection
 
 import django_outbox
 from django_outbox.models import Job, JobStatus
+from django_outbox.worker.loop import default_batch_size
 from django_outbox.worker.process import WorkerOptions, run
 
 #: Jobs enqueued one at a time to measure single enqueues (then deleted).
@@ -89,7 +90,7 @@ def drain(
         jobs=jobs,
         processes=processes,
         concurrency=concurrency,
-        batch_size=options.build().batch_size if batch_size is None else batch_size,
+        batch_size=batch_size or default_batch_size(concurrency),
         single_enqueue_per_s=single_rate,
         bulk_enqueue_per_s=bulk_rate,
         drain_seconds=seconds,

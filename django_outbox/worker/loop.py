@@ -34,6 +34,16 @@ logger = logging.getLogger("django_outbox.worker")
 
 #: Longest the loop waits for outcomes before it looks at its timers again.
 TICK_SECONDS = 0.1
+#: Most jobs one claim may take (and one completion write), within every database's
+#: limit on statement parameters.
+MAX_BATCH_SIZE = 1000
+
+
+def default_batch_size(concurrency: int) -> int:
+    """Jobs claimed and held at once unless told otherwise: four per thread."""
+    return 4 * concurrency
+
+
 #: Longest a finished run waits to be written with others in one statement.
 FLUSH_LINGER_SECONDS = 0.02
 
@@ -80,8 +90,8 @@ class Worker:
             raise ValueError("A worker needs at least one queue.")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
-        if batch_size is not None and not 1 <= batch_size <= 1000:
-            raise ValueError(f"batch_size must be from 1 to 1000, not {batch_size}.")
+        if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be from 1 to {MAX_BATCH_SIZE}, not {batch_size}.")
         if shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must not be negative, not {shutdown_timeout}.")
         self.settings = conf.get()
@@ -89,7 +99,7 @@ class Worker:
         self.queues = list(queues)
         self.backend = backend
         self.concurrency = concurrency
-        self.batch_size = batch_size or 4 * concurrency
+        self.batch_size = batch_size or default_batch_size(concurrency)
         self.burst = burst
         self.shutdown_timeout = shutdown_timeout
         self.parent_pid = parent_pid
@@ -232,7 +242,7 @@ class Worker:
         # A short batch means the queues ran dry: look again at the next poll, or when
         # the next delayed job falls due if that is sooner (wake-ups know no other way).
         self._next_claim = now + self._poll_seconds
-        if self.waker.active:
+        if self.waker.active and not jobs:  # only when idle: no extra query per busy claim
             due = self._db(lambda: claim.next_due(self.queues, self.backend))
             if due is not None:
                 # A due job we could not claim is locked by another worker's claim: look

@@ -14,7 +14,7 @@ from django.db import connection
 
 from django_outbox.bench import wakeups
 from django_outbox.bench.drain import drain
-from django_outbox.management.commands.runworker import positive_int
+from django_outbox.management.commands.runworker import batch_size, positive_int
 
 
 class Command(BaseCommand):
@@ -28,7 +28,7 @@ class Command(BaseCommand):
         drain_parser.add_argument("--jobs", type=positive_int, default=20000)
         drain_parser.add_argument("--processes", type=positive_int, default=2)
         drain_parser.add_argument("--concurrency", type=positive_int, default=4)
-        drain_parser.add_argument("--batch-size", type=positive_int, default=None)
+        drain_parser.add_argument("--batch-size", type=batch_size, default=None)
         drain_parser.add_argument("--queue", default="default")
         latency_parser = workloads.add_parser(
             "latency", help="Pickup latency of one idle worker, per wake mode."

@@ -10,21 +10,27 @@ from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
 from django_outbox.backend import OutboxBackend
+from django_outbox.worker.loop import MAX_BATCH_SIZE
 from django_outbox.worker.process import WorkerOptions, run
 
-#: Most jobs one claim may take (and one completion write), within every database's
-#: limit on statement parameters.
-MAX_BATCH_SIZE = 1000
 
-
-def positive_int(text: str) -> int:
+def whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        wanted = "0 or more" if minimum == 0 else f"at least {minimum}"
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    return whole_number(text, 0)
+
+
+def positive_int(text: str) -> int:
+    return whole_number(text, 1)
 
 
 def batch_size(text: str) -> int:

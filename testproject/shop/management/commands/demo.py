@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import random
 import threading
@@ -32,9 +31,10 @@ from django.tasks import task_backends
 from django.test import Client
 from django.utils import timezone
 
-from django_outbox.management.commands.runworker import positive_int
+from django_outbox.management.commands.runworker import non_negative_int, positive_int
 from django_outbox.models import Job, JobStatus
 from django_outbox.models import Worker as WorkerRecord
+from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.worker import Worker
 from django_outbox.worker.loop import WorkerStats
 from testproject.shop.models import Customer, Order
@@ -48,20 +48,9 @@ BAR_WIDTH = 30
 #: One order in this many is over 900, so its invoice fails every attempt.
 FAILING_ORDER_EVERY = 25
 FINISHED_STATUSES = [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
-ACTIVE_STATUSES = [JobStatus.QUEUED, JobStatus.RUNNING]
 #: Loggers whose lines would break the progress bar.
 WORKER_LOGGERS = ("django_outbox", "django.tasks")
 ADMIN_URL = "http://127.0.0.1:8000/admin/"
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 # -- 1. a clean slate ------------------------------------------------------------------
