@@ -24,16 +24,20 @@ def test_heartbeat_renews_every_lease_the_worker_holds_in_one_statement(
     assert Job.objects.get(pk=theirs.pk).lease_until == soon
 
 
-def test_rescue_requeues_expired_leases_and_fails_jobs_out_of_attempts(job_factory):
+def test_rescue_requeues_expired_leases_and_fails_jobs_out_of_attempts_in_one_statement(
+    job_factory, django_assert_num_queries
+):
     past = timezone.now() - timedelta(seconds=1)
     retry = job_factory(running=True, lease_until=past, attempts=1, max_attempts=3)
     last = job_factory(running=True, lease_until=past, attempts=3, max_attempts=3)
     alive = job_factory(running=True, lease_until=timezone.now() + timedelta(seconds=30))
-    rescued = leases.rescue_expired()
+    with django_assert_num_queries(1):
+        rescued = leases.rescue_expired()
     assert (rescued.requeued, rescued.failed) == (1, 1)
 
     retry.refresh_from_db()
     assert retry.status == JobStatus.QUEUED and retry.worker_id is None
+    assert retry.run_at > past and retry.finished_at is None
     assert retry.errors[-1]["exception_class_path"] == "django_outbox.exceptions.WorkerLost"
     last.refresh_from_db()
     assert last.status == JobStatus.FAILED and last.finished_at is not None

@@ -10,22 +10,27 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
 import django_outbox
+from django_outbox.jobs import leases
 from django_outbox.models import Job
-from django_outbox.wake import notify
+from django_outbox.models import Worker as WorkerRow
+from django_outbox.wake import notify, postgres
 from django_outbox.wake.base import Sender
 from django_outbox.wake.notify import Coalescer
 from django_outbox.wake.postgres import PostgresWaker, channel_for, listener_params, read_payload
 from django_outbox.wake.redis import key_for
+from django_outbox.worker import Worker
 from tests import tasks
 from tests.conftest import wait_until
 from tests.models import Execution
@@ -250,6 +255,7 @@ def own_redis(tmp_path):
 
     class Server:
         url = f"redis://127.0.0.1:{port}/0"
+        address = port
 
         def start(self):
             self.process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL)
@@ -420,3 +426,113 @@ def test_a_signal_lost_while_the_listener_is_down_costs_no_30_s_wait(start_worke
     assert first_start(result) - committed < timedelta(seconds=3), worker.log()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+class InProcessWorker:
+    """A worker on a thread of the test process, so its statement counts can be read."""
+
+    def __init__(self, mode: str, **outbox):
+        self.settings = override_settings(
+            OUTBOX=settings.OUTBOX | {"WAKE": mode, "STALLED_CHECK_SECONDS": 30.0} | outbox
+        )
+
+    def __enter__(self) -> Worker:
+        self.settings.enable()
+        self.worker = Worker(queues=["slow"], concurrency=1)
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+        assert self.worker.ready.wait(15), "the worker did not start"
+        time.sleep(0.5)  # let it settle into its idle wait
+        return self.worker
+
+    def _run(self) -> None:
+        try:
+            self.worker.run()
+        finally:
+            connections.close_all()
+
+    def __exit__(self, *exc) -> None:
+        self.worker.request_stop("test done")
+        self.thread.join(15)
+        self.settings.disable()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["postgres", "redis"])
+def test_a_rolled_back_enqueue_wakes_no_worker_and_a_commit_does(mode):
+    require(mode)
+    with InProcessWorker(mode) as worker:
+        claims_before, statements_before = worker.stats.claimed, worker.stats.statements
+        with pytest.raises(RuntimeError), transaction.atomic():
+            tasks.record_run.enqueue("rolled-back")
+            raise RuntimeError("rolled back")
+        time.sleep(1.0)
+        # Not woken: not one statement since (its own next look is 30 s away).
+        assert worker.stats.statements == statements_before
+        assert_prompt_pickup("committed", worker)
+        assert worker.stats.claimed == claims_before + 1
+    assert not Execution.objects.filter(key="rolled-back").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["postgres", "redis"])
+def test_an_idle_worker_sends_only_its_claim_and_rescue_per_stalled_check(mode, monkeypatch):
+    require(mode)
+    monkeypatch.setattr(postgres, "HEARTBEAT_SECONDS", 0.5)
+    check = 0.5
+    with InProcessWorker(mode, STALLED_CHECK_SECONDS=check, HEARTBEAT_SECONDS=0.4) as worker:
+        before, began = worker.stats.statements, time.monotonic()
+        time.sleep(3.0)
+        sent, checks = worker.stats.statements - before, (time.monotonic() - began) / check
+        heartbeat_at = WorkerRow.objects.get(id=worker.id).heartbeat_at
+    # Per stalled check: one claim, one rescue; no next-due query after an empty look.
+    # With postgres wake-ups, the listener's heartbeat is also the worker's "alive"; with
+    # redis, the main connection says it, at most once per check.
+    per_check = 2 if mode == "postgres" else 3
+    assert 2 * (checks - 1) <= sent <= per_check * (checks + 1), (sent, checks)
+    assert timezone.now() - heartbeat_at < timedelta(seconds=1.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_that_refuses_the_wake_up_commands_costs_latency_never_a_job(
+    start_worker, own_redis
+):
+    """An ACL that forbids BZPOPMIN and ZADD: enqueue succeeds, the worker polls."""
+    client = redis_client(own_redis.url)
+    client.execute_command("ACL", "SETUSER", "limited", "on", "nopass", "~*", "&*", "+@all")
+    client.execute_command("ACL", "SETUSER", "limited", "-bzpopmin", "-zadd")
+    url = f"redis://limited:any@127.0.0.1:{own_redis.address}/0"
+    env = worker_env("redis") | {
+        "OUTBOX_TEST_REDIS_URL": url,
+        "OUTBOX_TEST_POLL_INTERVAL": "0.2",
+    }
+    with override_settings(CACHES=redis_caches(url)):
+        worker = start_worker("--queues", "slow", extra_env=env)
+        wait_until(lambda: "refused a command" in worker.log(), what="the fallback")
+        result = tasks.record_run.enqueue("acl")  # ZADD refused: no error
+        first_start(result)  # found by polling
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert worker.log().count("refused a command") == 1, worker.log()
+
+
+def test_the_listener_heartbeat_is_the_workers_alive_update(transactional_db, monkeypatch):
+    require("postgres")
+    monkeypatch.setattr(postgres, "HEARTBEAT_SECONDS", 0.2)
+    row = WorkerRow.objects.create(
+        id="w-listener",
+        hostname="h",
+        pid=1,
+        concurrency=1,
+        heartbeat_at=timezone.now() - timedelta(hours=1),
+    )
+    waker = PostgresWaker(["slow"], threading.Event(), alive=lambda: leases.alive_statement(row.id))
+    waker.start()
+    try:
+        assert waker.reports_alive
+        waker.wait(0.5)
+    finally:
+        waker.close()
+    row.refresh_from_db()
+    assert timezone.now() - row.heartbeat_at < timedelta(seconds=1)
+    assert not PostgresWaker(["slow"], threading.Event()).reports_alive  # never started

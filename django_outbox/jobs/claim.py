@@ -18,13 +18,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router
-from django.db.models import F, Field, Value
+from django.db.models import F, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
-from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from django_outbox.jobs.expressions import JSONAppend
+from django_outbox.jobs.returning import update_returning
 from django_outbox.models import Job, JobStatus
 
 RETURNED_FIELDS = (
@@ -87,13 +87,10 @@ def claim(
         return []
     now = timezone.now()
     alias = router.db_for_write(Job)
-    connection = connections[alias]
-    query: Any = (
-        Job.objects.using(alias)
-        .filter(pk__in=_locked_due_ids(connection, queues, now, limit, backend))
-        .query.chain(UpdateQuery)
-    )
-    query.add_update_values(
+    rows = update_returning(
+        Job.objects.using(alias).filter(
+            pk__in=_locked_due_ids(connections[alias], queues, now, limit, backend)
+        ),
         {
             "status": JobStatus.RUNNING,
             "worker_id": worker_id,
@@ -102,16 +99,10 @@ def claim(
             "started_at": Coalesce(F("started_at"), Value(now)),
             "last_attempted_at": now,
             "worker_ids": JSONAppend("worker_ids", worker_id),
-        }
+        },
+        RETURNED_FIELDS,
     )
-    sql, params = query.get_compiler(alias).as_sql()
-    quote = connection.ops.quote_name
-    returning = ", ".join(quote(str(_field(name).column)) for name in RETURNED_FIELDS)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {returning}", params)
-        rows = cursor.fetchall()
-    decode = _row_decoder(connection)
-    claimed = [ClaimedJob(**decode(row), last_attempted_at=now) for row in rows]
+    claimed = [ClaimedJob(**row, last_attempted_at=now) for row in rows]
     # RETURNING comes in no particular order: restore the claim order.
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return claimed
@@ -129,12 +120,6 @@ def next_due(queues: list[str], backend: str = "default") -> datetime | None:
     return found
 
 
-def _field(name: str) -> Field[Any, Any]:
-    field = Job._meta.get_field(name)
-    assert isinstance(field, Field)
-    return field
-
-
 def _locked_due_ids(
     connection: Any, queues: list[str], now: datetime, limit: int, backend: str
 ) -> RawSQL:
@@ -150,24 +135,3 @@ def _locked_due_ids(
     if connection.features.has_select_for_update_skip_locked:
         sql = f"{sql} {connection.ops.for_update_sql(skip_locked=True)}"
     return RawSQL(sql, params)
-
-
-def _row_decoder(connection: Any) -> Any:
-    """Apply the same converters the ORM would to each returned column."""
-    table = Job._meta.db_table
-    plan = []
-    for name in RETURNED_FIELDS:
-        field = _field(name)
-        column = field.get_col(table)
-        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-        plan.append((name, column, converters))
-
-    def decode(row: tuple[Any, ...]) -> dict[str, Any]:
-        values = {}
-        for (name, column, converters), value in zip(plan, row, strict=True):
-            for converter in converters:
-                value = converter(value, column, connection)
-            values[name] = value
-        return values
-
-    return decode

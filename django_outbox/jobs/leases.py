@@ -12,12 +12,15 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from django.db.models import Case, F, Value, When
+from django.db import router
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from django_outbox.exceptions import WorkerLost
 from django_outbox.jobs.expressions import JSONAppend, JSONRemoveLast
+from django_outbox.jobs.returning import update_returning, update_sql
 from django_outbox.models import Job, JobStatus, Worker
 
 
@@ -53,6 +56,13 @@ def alive(worker_id: str) -> int:
     return count
 
 
+def alive_statement(worker_id: str) -> tuple[str, tuple[Any, ...]]:
+    """``alive()`` as SQL and parameters, for a connection Django does not manage: the
+    PostgreSQL wake-up listener's heartbeat doubles as the worker's."""
+    queryset = Worker.objects.using(router.db_for_write(Worker)).filter(id=worker_id)
+    return update_sql(queryset, {"heartbeat_at": timezone.now()})
+
+
 def still_held(worker_id: str, job_ids: list[int]) -> set[int]:
     """Which of these jobs are still leased to this worker."""
     return set(
@@ -73,28 +83,31 @@ class Rescued:
 
 
 def rescue_expired() -> Rescued:
-    """Take back every job whose lease has run out."""
+    """Take back every job whose lease has run out, in one statement: requeued for a
+    retry, or failed when that was its last attempt."""
     now = timezone.now()
     lost = {
         "exception_class_path": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
         "traceback": f"{WorkerLost.__qualname__}: {WorkerLost.__doc__}",
     }
-    expired = Job.objects.expired_leases(now)
-    failed = expired.filter(attempts__gte=F("max_attempts")).update(
-        status=JobStatus.FAILED,
-        finished_at=now,
-        lease_until=None,
-        worker_id=None,
-        errors=JSONAppend("errors", lost),
+    last_attempt = Q(attempts__gte=F("max_attempts"))
+    rows = update_returning(
+        Job.objects.using(router.db_for_write(Job)).expired_leases(now),
+        {
+            "status": Case(
+                When(last_attempt, then=Value(JobStatus.FAILED.value)),
+                default=Value(JobStatus.QUEUED.value),
+            ),
+            "finished_at": Case(When(last_attempt, then=Value(now)), default=F("finished_at")),
+            "run_at": Case(When(last_attempt, then=F("run_at")), default=Value(now)),
+            "lease_until": None,
+            "worker_id": None,
+            "errors": JSONAppend("errors", lost),
+        },
+        ["status"],
     )
-    requeued = expired.filter(attempts__lt=F("max_attempts")).update(
-        status=JobStatus.QUEUED,
-        run_at=now,
-        lease_until=None,
-        worker_id=None,
-        errors=JSONAppend("errors", lost),
-    )
-    return Rescued(requeued=requeued, failed=failed)
+    failed = sum(1 for row in rows if row["status"] == JobStatus.FAILED)
+    return Rescued(requeued=len(rows) - failed, failed=failed)
 
 
 def release(worker_id: str, job_ids: list[int]) -> int:

@@ -19,7 +19,7 @@ from django.db import connections
 from django.dispatch import receiver
 
 from django_outbox import conf
-from django_outbox.wake.base import Sender, Wake, Waker
+from django_outbox.wake.base import Sender, Statement, Wake, Waker
 from django_outbox.wake.polling import PollingWaker
 
 __all__ = ["Sender", "Wake", "Waker", "build_sender", "build_waker", "redis_configured"]
@@ -66,8 +66,13 @@ def build_sender(using: str) -> Sender | None:
     return senders[0] if len(senders) == 1 else _Both(senders)
 
 
-def build_waker(queues: list[str], stop: threading.Event, using: str) -> Waker:
+def build_waker(
+    queues: list[str], stop: threading.Event, using: str, alive: Statement | None = None
+) -> Waker:
     """The waker a worker on ``using`` should use, already started (listening).
+
+    ``alive`` builds the worker's "alive" update, which a PostgreSQL listener sends as its
+    heartbeat (one statement instead of two).
 
     A channel that is down at start is kept and retried (the worker polls meanwhile); only
     a channel that cannot work here, such as LISTEN behind a transaction-mode PgBouncer,
@@ -79,7 +84,7 @@ def build_waker(queues: list[str], stop: threading.Event, using: str) -> Waker:
     if mode in ("postgres", "auto") and connections[using].vendor == "postgresql":
         from django_outbox.wake.postgres import PostgresWaker
 
-        candidates.append(lambda: PostgresWaker(queues, stop, using=using))
+        candidates.append(lambda: PostgresWaker(queues, stop, using=using, alive=alive))
     if mode == "redis" or (mode == "auto" and redis_configured(options.REDIS_ALIAS)):
         from django_outbox.wake.redis import RedisWaker
 

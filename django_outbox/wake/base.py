@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+#: Builds a statement and its parameters, to run on a connection Django does not manage.
+Statement = Callable[[], tuple[str, tuple[Any, ...]]]
 
 
 @dataclass(slots=True)
@@ -40,6 +45,8 @@ class Waker(ABC):
     def __init__(self, queues: list[str], stop: threading.Event) -> None:
         self.queues = list(queues)
         self.stop = stop
+        #: Statements sent to the jobs' database on the waker's own connection, if any.
+        self.statements = 0
 
     @property
     def active(self) -> bool:
@@ -49,6 +56,11 @@ class Waker(ABC):
     @property
     def will_retry(self) -> bool:
         """True when the channel is down for now and will be tried again."""
+        return False
+
+    @property
+    def reports_alive(self) -> bool:
+        """True while the waker's own heartbeat keeps the worker's registry row current."""
         return False
 
     def start(self) -> None:  # noqa: B027  (optional hook)

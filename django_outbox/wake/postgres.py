@@ -5,7 +5,8 @@ transaction has committed. Each worker process keeps one extra connection, opene
 psycopg from the Django settings but outside Django's connection handling, that LISTENs on
 one channel per queue. At start a probe notification must come back within 2 s (through a
 transaction-mode PgBouncer it does not); if it does not, the worker says so once and polls.
-A silent connection is tested with ``SELECT 1`` every 10 s (TCP timeouts bound it to
+The connection is tested every 10 s with a heartbeat statement (the worker's "alive" update
+when the worker gives one, else ``SELECT 1``; TCP timeouts and a statement timeout bound it to
 about 5 s) and replaced when it fails; after any reconnect the worker looks for work at once.
 """
 
@@ -25,7 +26,7 @@ import psycopg
 from django.db import connections
 from psycopg import sql
 
-from django_outbox.wake.base import Sender, Wake, Waker
+from django_outbox.wake.base import Sender, Statement, Wake, Waker
 
 logger = logging.getLogger("django_outbox.wake")
 
@@ -102,15 +103,23 @@ def listener_params(using: str) -> dict[str, Any]:
 class PostgresWaker(Waker):
     name = "postgres"
 
-    def __init__(self, queues: list[str], stop: threading.Event, using: str = "default") -> None:
+    def __init__(
+        self,
+        queues: list[str],
+        stop: threading.Event,
+        using: str = "default",
+        alive: Statement | None = None,
+    ) -> None:
         super().__init__(queues, stop)
         self.using = using
+        #: Builds the heartbeat statement; None: ``SELECT 1``.
+        self.alive = alive
         self._queue_set = set(queues)
         self._conn: psycopg.Connection[Any] | None = None
         self._usable = False
         self._retry_at = 0.0
         self._failures = 0
-        self._last_traffic = 0.0
+        self._last_heartbeat = 0.0
         self._look_first = False
 
     @property
@@ -148,7 +157,7 @@ class PostgresWaker(Waker):
             return False
         self._conn = conn
         self._failures = 0
-        self._last_traffic = time.monotonic()
+        self._last_heartbeat = time.monotonic()
         return True
 
     def _failed(self, why: str) -> None:
@@ -214,7 +223,7 @@ class PostgresWaker(Waker):
                     return Wake(look_now=True)  # signals may have been missed meanwhile
                 self.stop.wait(max(0.0, min(CHUNK_SECONDS, deadline - now)))
                 continue
-            if now - self._last_traffic >= HEARTBEAT_SECONDS and not self._heartbeat():
+            if now - self._last_heartbeat >= HEARTBEAT_SECONDS and not self._heartbeat():
                 return Wake(look_now=True)
             try:
                 self._read(max(0.0, min(CHUNK_SECONDS, deadline - now)), wake)
@@ -230,7 +239,6 @@ class PostgresWaker(Waker):
         notes = list(self._conn.notifies(timeout=timeout, stop_after=1))
         if notes:
             notes += list(self._conn.notifies(timeout=0.0))
-            self._last_traffic = time.monotonic()
         now = time.time()
         for note in notes:
             parsed = read_payload(note.payload, self._queue_set)
@@ -243,12 +251,20 @@ class PostgresWaker(Waker):
             else:
                 wake.next_due = due if wake.next_due is None else min(wake.next_due, due)
 
+    @property
+    def reports_alive(self) -> bool:
+        return self.active and self.alive is not None
+
     def _heartbeat(self) -> bool:
+        """Test the connection every 10 s; with ``alive``, its statement says the worker is
+        alive at the same time, so an idle worker's main connection need not."""
         assert self._conn is not None
+        statement, params = self.alive() if self.alive else ("SELECT 1", ())
+        self.statements += 1
         try:
-            self._conn.execute("SELECT 1")
+            self._conn.execute(statement, params)
         except psycopg.Error as exc:
             self._failed(f"the LISTEN connection did not answer ({type(exc).__name__})")
             return False
-        self._last_traffic = time.monotonic()
+        self._last_heartbeat = time.monotonic()
         return True

@@ -115,6 +115,9 @@ class Worker:
         self._next_heartbeat = 0.0
         self._next_rescue = 0.0
         self._next_wake_check = 0.0
+        #: Whether the next empty claim should ask when the next delayed job falls due:
+        #: after a start, a signal or a busy spell, not after every idle stalled check.
+        self._due_unknown = True
         self.waker: Waker = PollingWaker(self.queues, self._stop)
         self._leases_renewed_at = time.monotonic()
         self._db_ok_after = 0.0
@@ -141,7 +144,9 @@ class Worker:
                 lambda: leases.register_worker(self.id, self.queues, self.concurrency, os.getpid())
             )
             # Listen before the first look for work, so a signal sent in between is not lost.
-            self.waker = build_waker(self.queues, self._stop, alias)
+            self.waker = build_waker(
+                self.queues, self._stop, alias, alive=lambda: leases.alive_statement(self.id)
+            )
             logger.info(
                 "worker %s started: queues %s, %d threads, batches of %d, %s database, "
                 "wake-ups: %s",
@@ -193,6 +198,7 @@ class Worker:
     def _apply(self, wake: Wake) -> None:
         if wake.look_now:
             self._next_claim = 0.0
+            self._due_unknown = True
         if wake.next_due is not None:
             self._next_claim = min(self._next_claim, _monotonic_at(wake.next_due))
 
@@ -234,6 +240,8 @@ class Worker:
         for job in jobs:
             self.pool.submit(job)
         self.stats.claimed += len(jobs)
+        if jobs:
+            self._due_unknown = True
         if len(jobs) == want:
             self._next_claim = now  # the queues may hold more: claim again at once
             for queue in {job.queue for job in jobs}:
@@ -242,14 +250,18 @@ class Worker:
         # A short batch means the queues ran dry: look again at the next poll, or when
         # the next delayed job falls due if that is sooner (wake-ups know no other way).
         self._next_claim = now + self._poll_seconds
-        if self.waker.active and not jobs:  # only when idle: no extra query per busy claim
+        if self.waker.active and not jobs and self._due_unknown:
+            # Only when idle (no extra query per busy claim), and not again at every stalled
+            # check: delayed jobs enqueued later come with their due time in the signal.
             due = self._db(lambda: claim.next_due(self.queues, self.backend))
+            self._due_unknown = False
             if due is not None:
                 # A due job we could not claim is locked by another worker's claim: look
                 # again in a moment, never in a tight loop.
                 soonest = now + min(1.0, self._poll_seconds)
                 at = max(_monotonic_at(due.timestamp()), soonest)
                 self._next_claim = min(self._next_claim, at)
+                self._due_unknown = at == soonest  # still locked then? ask again
         return len(jobs)
 
     def _collect(self, timeout: float) -> None:
@@ -443,7 +455,8 @@ class Worker:
             renewed = self._db(lambda: leases.heartbeat(self.id, self.settings.LEASE_SECONDS))
         else:
             self._next_heartbeat = now + max(self.settings.HEARTBEAT_SECONDS, self._poll_seconds)
-            renewed = self._db(lambda: leases.alive(self.id))
+            # A PostgreSQL listener's heartbeat says it for us.
+            renewed = 0 if self.waker.reports_alive else self._db(lambda: leases.alive(self.id))
         if renewed is not None:
             self._leases_renewed_at = now
 

@@ -92,10 +92,11 @@ class Command(BaseCommand):
             f"outbox_bench idle: {options['workers']} idle workers for {options['seconds']} s, "
             f"{connection.vendor}"
         )
-        self.stdout.write(f"  {'wake':<10}{'statements/s per worker':>26}{'commits/s (db)':>18}")
+        columns = f"{'statements/s per worker':>26}{'db commits/s per worker':>26}"
+        self.stdout.write(f"  {'wake':<10}{columns}")
         for mode in self.modes(options):
             f = wakeups.idle(
                 mode, workers=options["workers"], seconds=options["seconds"], queue=options["queue"]
             )
-            commits = "-" if f.transactions_per_s is None else f"{f.transactions_per_s:.2f}"
-            self.stdout.write(f"  {f.mode:<10}{f.statements_per_worker_s:>26.3f}{commits:>18}")
+            commits = "-" if f.commits_per_worker_s is None else f"{f.commits_per_worker_s:.3f}"
+            self.stdout.write(f"  {f.mode:<10}{f.statements_per_worker_s:>26.3f}{commits:>26}")

@@ -1,0 +1,65 @@
+"""UPDATE statements the ORM builds but Django's ``update()`` cannot run: with ``RETURNING``
+(``update()`` returns only a row count), or on a connection Django does not manage.
+
+PostgreSQL and SQLite (3.35+) both accept ``RETURNING`` after an UPDATE; the ORM builds the
+statement and the returned columns go through the converters the ORM would apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models import Field, Model, QuerySet
+from django.db.models.sql import UpdateQuery
+
+
+def update_returning(
+    queryset: QuerySet[Any], values: dict[str, Any], returning: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Apply ``values`` to the rows of ``queryset`` in one statement; return, for each row
+    changed, the fields named in ``returning`` (after the change), in no particular order."""
+    connection = connections[queryset.db]
+    sql, params = update_sql(queryset, values)
+    fields = [_field(queryset.model, name) for name in returning]
+    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING {columns}", params)
+        rows = cursor.fetchall()
+    decode = _row_decoder(connection, queryset.model, fields)
+    return [decode(row) for row in rows]
+
+
+def update_sql(queryset: QuerySet[Any], values: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """The UPDATE that ``queryset.update(**values)`` would run, as SQL and parameters."""
+    query: Any = queryset.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(queryset.db).as_sql()
+    return sql, tuple(params)
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+def _row_decoder(connection: Any, model: type[Model], fields: list[Field[Any, Any]]) -> Any:
+    """Apply the same converters the ORM would to each returned column."""
+    table = model._meta.db_table
+    plan = []
+    for field in fields:
+        column = field.get_col(table)
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        plan.append((field.name, column, converters))
+
+    def decode(row: tuple[Any, ...]) -> dict[str, Any]:
+        values = {}
+        for (name, column, converters), value in zip(plan, row, strict=True):
+            for converter in converters:
+                value = converter(value, column, connection)
+            values[name] = value
+        return values
+
+    return decode
