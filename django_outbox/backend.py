@@ -30,6 +30,13 @@ class OutboxBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
 
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        webhooks = conf.get().WEBHOOKS
+        if self.queues and alias == webhooks.BACKEND:
+            # Webhook deliveries run as jobs on their own queue: serve it by default.
+            self.queues = {*self.queues, webhooks.QUEUE}
+
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
         if not isinstance(task, OutboxTask):

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -11,6 +12,117 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """``OUTBOX["WEBHOOKS"]``: how webhook deliveries are sent and retried."""
+
+    #: The job queue deliveries run on, and the TASKS alias of their jobs.
+    QUEUE: str = "webhooks"
+    BACKEND: str = "default"
+    #: Seconds before each attempt: the first is the first attempt; each later delay is a
+    #: draw below its value (never zero). After the last attempt the delivery has failed.
+    RETRY_SCHEDULE: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
+    #: Seconds to connect, and for the whole request (an endpoint may set its own).
+    CONNECT_TIMEOUT: float = 5.0
+    TIMEOUT: float = 15.0
+    #: Networks (CIDR) deliveries may reach although they are not public, e.g. 10.0.0.0/8.
+    ALLOWED_NETWORKS: tuple[str, ...] = ()
+    #: Whether plain http:// endpoints are allowed.
+    ALLOW_HTTP: bool = False
+    #: Latest-attempt lookups of deliveries running at once share one query: up to this
+    #: many, gathered for up to this long.
+    LOOKUP_BATCH_SIZE: int = 50
+    LOOKUP_BATCH_WAIT_MS: float = 50.0
+    #: Requests one worker process sends to one endpoint at once.
+    MAX_PER_ENDPOINT: int = 10
+    #: An endpoint whose deliveries have all failed for this long, over at least this many
+    #: attempts in a row, is disabled.
+    DISABLE_AFTER_SECONDS: float = 5 * 24 * 3600.0
+    DISABLE_AFTER_ATTEMPTS: int = 20
+    #: Seconds the previous secret keeps signing after a rotation.
+    ROTATION_GRACE_SECONDS: float = 24 * 3600.0
+    USER_AGENT: str = "django-outbox-webhooks"
+
+
+_WEBHOOK_NUMBER_RULES: dict[str, tuple[type, float, float]] = {
+    # name: (type, exclusive lower bound, inclusive upper bound)
+    "CONNECT_TIMEOUT": (float, 0.0, 600.0),
+    "TIMEOUT": (float, 0.0, 600.0),
+    "LOOKUP_BATCH_SIZE": (int, 0, 100),
+    "LOOKUP_BATCH_WAIT_MS": (float, -1e-9, 10_000.0),
+    "MAX_PER_ENDPOINT": (int, 0, 1000),
+    "DISABLE_AFTER_SECONDS": (float, 0.0, 366 * 24 * 3600.0),
+    "DISABLE_AFTER_ATTEMPTS": (int, 0, 1_000_000),
+    "ROTATION_GRACE_SECONDS": (float, -1e-9, 366 * 24 * 3600.0),
+}
+
+
+def webhook_settings_errors(raw: Any) -> list[str]:
+    """Every problem with an ``OUTBOX["WEBHOOKS"]`` value, as sentences."""
+    where = "OUTBOX['WEBHOOKS']"
+    if not isinstance(raw, dict):
+        return [f"{where} must be a dict, not {type(raw).__name__}."]
+    errors = []
+    known = WebhookSettings.__dataclass_fields__.keys()
+    for key in raw.keys() - known:
+        errors.append(f"{where}[{key!r}] is not a known setting (known: {', '.join(known)}).")
+    for key, (kind, floor, ceiling) in _WEBHOOK_NUMBER_RULES.items():
+        if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling)):
+            errors.append(f"{where}[{key!r}] must be {problem}, not {raw[key]!r}.")
+    for key in ("QUEUE", "BACKEND", "USER_AGENT"):
+        if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
+            errors.append(f"{where}[{key!r}] must be a non-empty string, not {raw[key]!r}.")
+    if "ALLOW_HTTP" in raw and not isinstance(raw["ALLOW_HTTP"], bool):
+        errors.append(f"{where}['ALLOW_HTTP'] must be True or False, not {raw['ALLOW_HTTP']!r}.")
+    if "RETRY_SCHEDULE" in raw:
+        schedule = raw["RETRY_SCHEDULE"]
+        if (
+            not isinstance(schedule, list | tuple)
+            or not schedule
+            or any(_number_problem(d, float, -1e-9, MAX_NUMBER) for d in schedule)
+        ):
+            errors.append(
+                f"{where}['RETRY_SCHEDULE'] must be a non-empty list of seconds (numbers from 0"
+                f" to {MAX_NUMBER:g}), not {schedule!r}."
+            )
+    if "ALLOWED_NETWORKS" in raw:
+        networks = raw["ALLOWED_NETWORKS"]
+        if not isinstance(networks, list | tuple):
+            errors.append(f"{where}['ALLOWED_NETWORKS'] must be a list, not {networks!r}.")
+        else:
+            for network in networks:
+                try:
+                    ipaddress.ip_network(network)
+                except (TypeError, ValueError) as exc:
+                    errors.append(
+                        f"{where}['ALLOWED_NETWORKS']: {network!r} is not a network ({exc})."
+                    )
+    return errors
+
+
+def _number_problem(value: Any, kind: type, floor: float, ceiling: float) -> str | None:
+    """What ``value`` should be, or None when it is a fitting number."""
+    allowed = (int,) if kind is int else (int, float)
+    wanted = "a whole number" if kind is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, allowed) or not floor < value <= ceiling:
+        low = "at least 0" if floor < 0 else f"greater than {floor:g}"
+        return f"{wanted} {low} and at most {ceiling:g}"
+    return None
+
+
+def _merge_webhooks(raw: dict[str, Any]) -> WebhookSettings:
+    values = {
+        key: value for key, value in raw.items() if key in WebhookSettings.__dataclass_fields__
+    }
+    for key, (kind, _floor, _ceiling) in _WEBHOOK_NUMBER_RULES.items():
+        if key in values:
+            values[key] = kind(values[key])
+    for key in ("RETRY_SCHEDULE", "ALLOWED_NETWORKS"):
+        if key in values:
+            values[key] = tuple(values[key])
+    return WebhookSettings(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +147,8 @@ class OutboxSettings:
     #: doubles per attempt up to BACKOFF_CAP.
     BACKOFF_BASE: float = 1.0
     BACKOFF_CAP: float = 3600.0
+    #: Webhook delivery; see WebhookSettings.
+    WEBHOOKS: WebhookSettings = field(default_factory=WebhookSettings)
 
 
 _NUMBER_RULES: dict[str, tuple[type, float]] = {
@@ -83,6 +197,8 @@ def settings_errors(raw: Any) -> list[str]:
         errors.append(
             f"OUTBOX['REDIS_ALIAS'] must be a cache alias name, not {raw['REDIS_ALIAS']!r}."
         )
+    if "WEBHOOKS" in raw:
+        errors.extend(webhook_settings_errors(raw["WEBHOOKS"]))
     if not errors:
         merged = _merge(raw)
         if merged.HEARTBEAT_SECONDS >= merged.LEASE_SECONDS:
@@ -92,6 +208,11 @@ def settings_errors(raw: Any) -> list[str]:
             )
         if merged.BACKOFF_CAP < merged.BACKOFF_BASE:
             errors.append("OUTBOX['BACKOFF_CAP'] must not be below OUTBOX['BACKOFF_BASE'].")
+        if merged.WEBHOOKS.TIMEOUT >= merged.LEASE_SECONDS:
+            errors.append(
+                "OUTBOX['WEBHOOKS']['TIMEOUT'] must be shorter than OUTBOX['LEASE_SECONDS'], "
+                "so a delivery's lease outlasts its request."
+            )
     return errors
 
 
@@ -104,6 +225,8 @@ def _merge(raw: dict[str, Any]) -> OutboxSettings:
     for key, (kind, _floor) in _NUMBER_RULES.items():
         if key in values:
             values[key] = kind(values[key])
+    if "WEBHOOKS" in values:
+        values["WEBHOOKS"] = _merge_webhooks(values["WEBHOOKS"])
     return OutboxSettings(**values)
 
 

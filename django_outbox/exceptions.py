@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.tasks.exceptions import InvalidTask, TaskException
@@ -32,3 +33,23 @@ class JobTimeout(OutboxError):
 
 class ResultNotStored(OutboxError):
     """The database refused to store this run's result."""
+
+
+class RetryAt(OutboxError):
+    """Run this job again at the time given, rather than on its task's backoff schedule."""
+
+    def __init__(self, at: datetime, *args: Any) -> None:
+        super().__init__(*args)
+        self.at = at
+
+
+class PermanentFailure(OutboxError):
+    """This run failed in a way another attempt cannot mend: the job is not retried."""
+
+
+class UnsafeDestination(OutboxError):
+    """The webhook's destination is not a public address, and OUTBOX["WEBHOOKS"]["ALLOWED_NETWORKS"] does not allow it."""  # noqa: E501
+
+
+class EndpointDisabled(OutboxError):
+    """The endpoint is disabled: nothing is sent to it until it is enabled again."""

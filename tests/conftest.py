@@ -122,3 +122,44 @@ def _stop_wake_up_senders(django_db_setup: None, django_db_blocker: Any) -> Iter
 
     with django_db_blocker.unblock():
         notify.reset()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """A real HTTP webhook receiver on 127.0.0.1 (see tests/receiver.py)."""
+    from tests.receiver import Receiver
+
+    server = Receiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def webhook_worker(transactional_db: None) -> Iterator[Callable[..., Any]]:
+    """Start a worker for the webhooks queue on a thread; it stops when the test ends."""
+    import threading
+
+    from django.db import connections
+
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(concurrency: int = 4, queues: list[str] | None = None) -> Worker:
+        worker = Worker(queues=queues or ["webhooks"], concurrency=concurrency)
+
+        def run() -> None:
+            try:
+                worker.run()
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert worker.ready.wait(15), "the worker did not start"
+        started.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, _thread in started:
+        worker.request_stop("test done")
+    for _worker, thread in started:
+        thread.join(20)

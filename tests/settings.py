@@ -45,6 +45,14 @@ OUTBOX = {
     "POLL_INTERVAL": float(os.environ.get("OUTBOX_TEST_POLL_INTERVAL", "0.05")),
     "LEASE_SECONDS": float(os.environ.get("OUTBOX_TEST_LEASE_SECONDS", "3")),
     "HEARTBEAT_SECONDS": float(os.environ.get("OUTBOX_TEST_HEARTBEAT_SECONDS", "0.5")),
+    "WEBHOOKS": {
+        # The receivers in the tests are plain HTTP servers on 127.0.0.1.
+        "ALLOW_HTTP": True,
+        "ALLOWED_NETWORKS": ["127.0.0.1/32"],
+        "CONNECT_TIMEOUT": 1.0,
+        "TIMEOUT": 2.0,
+        "RETRY_SCHEDULE": [0, 0.2, 0.2, 0.2],
+    },
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -30,10 +30,14 @@ class Outcome:
     return_value: Any = None
     error: dict[str, str] | None = None
     finished_at: datetime = field(default_factory=timezone.now)
+    #: When the task asked to run again (RetryAt); None: the backoff schedule decides.
+    retry_at: datetime | None = None
+    #: The task said another attempt cannot help (PermanentFailure).
+    final: bool = False
 
     @property
     def will_retry(self) -> bool:
-        return not self.succeeded and self.job.attempts < self.job.max_attempts
+        return not self.succeeded and not self.final and self.job.attempts < self.job.max_attempts
 
     @property
     def errors(self) -> list[dict[str, str]]:
@@ -42,6 +46,8 @@ class Outcome:
 
 
 def next_run_at(outcome: Outcome) -> datetime:
+    if outcome.retry_at is not None:
+        return outcome.retry_at
     job = outcome.job
     seconds = backoff.delay(job.attempts, job.backoff_base, job.backoff_cap)
     return outcome.finished_at + timedelta(seconds=seconds)

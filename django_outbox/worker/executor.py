@@ -11,6 +11,7 @@ from django.tasks import Task, TaskContext
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
 
+from django_outbox.exceptions import PermanentFailure, RetryAt
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
@@ -87,6 +88,10 @@ def execute(job: ClaimedJob) -> Outcome:
         else:
             value = task.call(*job.args, **job.kwargs)
         return Outcome(job, succeeded=True, return_value=json_return_value(job, value))
+    except RetryAt as exc:
+        return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
+    except PermanentFailure as exc:
+        return Outcome(job, succeeded=False, error=error_record(exc), final=True)
     except BaseException as exc:
         return Outcome(job, succeeded=False, error=error_record(exc))
     finally:

@@ -1,0 +1,137 @@
+"""Webhook endpoints, the messages sent to them, one delivery per (message, endpoint), and
+the log of every attempt.
+
+A delivery's retries run as jobs (one active job per delivery, through the job's dedup
+key); the delivery row holds what a user asks about: its status, attempts and next try.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Endpoint(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    url = models.URLField(max_length=2048)
+    tenant = models.CharField(max_length=255, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    #: Event types this endpoint receives; ``*`` matches any run of characters. Empty: all.
+    event_types = models.JSONField(default=list, blank=True)
+    secret = models.CharField(max_length=255)
+    #: Until ``previous_secret_expires_at``, the secret before the last rotation signs too.
+    previous_secret = models.CharField(max_length=255, blank=True, default="")
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=255, blank=True, default="")
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    #: Seconds for a whole request to this endpoint; empty: OUTBOX["WEBHOOKS"]["TIMEOUT"].
+    timeout = models.FloatField(null=True, blank=True)
+    #: When its deliveries started failing without a success since, and how many attempts
+    #: in a row have failed (the auto-disable rule reads both).
+    failing_since = models.DateTimeField(null=True, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "django_outbox_endpoint"
+        indexes = [
+            # send() reads the active endpoints of one tenant.
+            models.Index(
+                fields=["tenant"], name="outbox_endpoint_active", condition=Q(active=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class Message(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    #: The ``webhook-id`` header: the same on every attempt, so receivers can deduplicate.
+    uid = models.CharField(max_length=64, unique=True)
+    event_type = models.CharField(max_length=255)
+    tenant = models.CharField(max_length=255, blank=True, default="")
+    #: The exact body sent and signed: a Standard Webhooks envelope as JSON text.
+    body = models.TextField()
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "django_outbox_message"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                name="outbox_message_idempotency",
+                condition=Q(idempotency_key__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.uid} {self.event_type}"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Delivery(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+    status = models.CharField(
+        max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "django_outbox_delivery"
+        verbose_name_plural = "deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=["message", "endpoint"], name="outbox_delivery_once"),
+        ]
+        indexes = [
+            # recover(): an endpoint's failed deliveries since a time.
+            models.Index(
+                fields=["endpoint", "created_at"],
+                name="outbox_delivery_failed",
+                condition=Q(status=DeliveryStatus.FAILED),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery #{self.pk} ({self.status})"
+
+
+class Attempt(models.Model):
+    """One HTTP request of a delivery, or one refused before it was sent."""
+
+    id = models.BigAutoField(primary_key=True)
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    duration = models.FloatField(help_text="Seconds.")
+    succeeded = models.BooleanField(default=False)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    #: The first 4 KiB of the response body, decoded leniently.
+    response_body = models.TextField(blank=True, default="")
+    error_class = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "django_outbox_attempt"
+        indexes = [
+            # The latest-attempt lookup: per delivery, newest first, within a time bound.
+            models.Index(fields=["delivery", "started_at"], name="outbox_attempt_latest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of delivery #{self.delivery_id}"

@@ -1,0 +1,39 @@
+"""Webhooks: endpoints, signed messages, retries and a log of every attempt.
+
+from django_outbox import webhooks
+
+endpoint = webhooks.create_endpoint("https://hooks.example.com/in", event_types=["invoice.*"])
+with transaction.atomic():
+    invoice.save()
+    webhooks.send("invoice.paid", {"id": invoice.id}, idempotency_key=f"paid-{invoice.id}")
+"""
+
+from __future__ import annotations
+
+from django_outbox.webhooks.api import (
+    create_endpoint,
+    disable,
+    enable,
+    recover,
+    replay,
+    resend,
+    rotate_secret,
+    send,
+    send_test,
+    verify,
+)
+from django_outbox.webhooks.signing import VerificationError
+
+__all__ = [
+    "VerificationError",
+    "create_endpoint",
+    "disable",
+    "enable",
+    "recover",
+    "replay",
+    "resend",
+    "rotate_secret",
+    "send",
+    "send_test",
+    "verify",
+]

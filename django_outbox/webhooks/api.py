@@ -1,0 +1,311 @@
+"""What an application calls: endpoints, ``send()``, and the operations on deliveries.
+
+Everything here runs in the caller's transaction: a rollback sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, router, transaction
+from django.utils import timezone
+
+from django_outbox import conf
+from django_outbox.jobs.jsonvalues import storable_problem
+from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Message
+from django_outbox.wake.notify import notify_on_commit
+from django_outbox.webhooks import fanout, guard, signing
+
+#: Event types: letters, digits and ``_ . : -``, e.g. "invoice.paid".
+EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
+#: Filters may also use ``*``, which matches any run of characters: "invoice.*".
+PATTERN = re.compile(r"[A-Za-z0-9_.:*-]{1,255}")
+MAX_TIMEOUT = 600.0
+TEST_EVENT = "webhook.test"
+DELIVER_TASK = "django_outbox.webhooks.tasks.deliver"
+
+
+def _using() -> str:
+    return router.db_for_write(Message)
+
+
+def _text(name: str, value: Any, allow_empty: bool = True) -> str:
+    if not isinstance(value, str) or len(value) > 255 or (not value and not allow_empty):
+        wanted = "a string of up to 255 characters" + ("" if allow_empty else ", not empty")
+        raise ValidationError(f"{name} must be {wanted}, not {value!r}.")
+    return value
+
+
+def _patterns(event_types: Iterable[str] | None) -> list[str]:
+    if event_types is None:
+        return []
+    if isinstance(event_types, str):
+        raise ValidationError(
+            f"event_types must be a list of event types, not the string {event_types!r}."
+        )
+    patterns = list(event_types)
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not PATTERN.fullmatch(pattern):
+            raise ValidationError(
+                f"{pattern!r} is not an event type filter: use letters, digits, '_ . : -' and"
+                " '*' (any run of characters), e.g. 'invoice.*'."
+            )
+    return patterns
+
+
+def _timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    limit = min(MAX_TIMEOUT, conf.get().LEASE_SECONDS)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < limit:
+        raise ValidationError(
+            f"timeout must be a number of seconds above 0 and below {limit:g} "
+            f"(OUTBOX['LEASE_SECONDS'], so a lease outlasts its request), not {timeout!r}."
+        )
+    return float(timeout)
+
+
+def create_endpoint(
+    url: str,
+    *,
+    event_types: Iterable[str] | None = None,
+    tenant: str = "",
+    description: str = "",
+    timeout: float | None = None,
+    secret: str | None = None,
+) -> Endpoint:
+    """A new active endpoint; ``endpoint.secret`` is what its owner verifies with.
+
+    ValidationError for a URL that is not http(s) or that names a non-public address.
+    """
+    guard.check_url(url)
+    if secret is not None:
+        try:
+            signing.secret_key(secret)
+        except signing.InvalidSecret as exc:
+            raise ValidationError(str(exc)) from None
+    if not isinstance(description, str):
+        raise ValidationError(f"description must be a string, not {description!r}.")
+    return Endpoint.objects.create(
+        url=url,
+        event_types=_patterns(event_types),
+        tenant=_text("tenant", tenant),
+        description=description,
+        timeout=_timeout(timeout),
+        secret=secret or signing.generate_secret(),
+    )
+
+
+def envelope(event_type: str, payload: Any, at: datetime) -> str:
+    """The exact body sent and signed: ``{"type", "timestamp", "data"}`` as compact JSON."""
+    problem = storable_problem(payload)
+    if problem is not None:
+        raise ValidationError(f"The payload of {event_type!r} cannot be sent as JSON: {problem}")
+    stamp = at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return json.dumps(
+        {"type": event_type, "timestamp": stamp, "data": payload},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def send(
+    event_type: str,
+    payload: Any,
+    *,
+    tenant: str = "",
+    idempotency_key: str | None = None,
+) -> Message:
+    """Send ``payload`` to every active endpoint of ``tenant`` whose filter matches.
+
+    In the caller's transaction: a rollback sends nothing. A repeated ``idempotency_key``
+    (per tenant) returns the message it sent first and sends nothing new. The statements
+    it runs do not grow with the number of endpoints.
+    """
+    if not isinstance(event_type, str) or not EVENT_TYPE.fullmatch(event_type):
+        raise ValidationError(
+            f"{event_type!r} is not an event type: use 1 to 255 letters, digits and "
+            "'_ . : -', e.g. 'invoice.paid'."
+        )
+    tenant = _text("tenant", tenant)
+    if idempotency_key is not None:
+        _text("idempotency_key", idempotency_key, allow_empty=False)
+    now = timezone.now()
+    body = envelope(event_type, payload, now)
+    using = _using()
+    with transaction.atomic(using=using):
+        if idempotency_key is not None:
+            found = Message.objects.using(using).filter(
+                tenant=tenant, idempotency_key=idempotency_key
+            )
+            if existing := found.first():
+                return existing
+        message = Message(
+            uid=new_message_id(),
+            event_type=event_type,
+            tenant=tenant,
+            body=body,
+            idempotency_key=idempotency_key,
+            created_at=now,
+        )
+        if idempotency_key is None:
+            message.save(using=using, force_insert=True)
+        else:
+            try:
+                with transaction.atomic(using=using):
+                    message.save(using=using, force_insert=True)
+            except IntegrityError:
+                # Sent a moment ago by a concurrent transaction: that message it is.
+                if existing := found.first():
+                    return existing
+                raise
+        fan_out(message, now)
+    return message
+
+
+def new_message_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def fan_out(message: Message, now: datetime, endpoint_ids: list[int] | None = None) -> int:
+    """Deliveries of ``message`` and their jobs, then a wake-up on commit."""
+    using = _using()
+    created = fanout.insert_deliveries(
+        using, message.pk, message.event_type, message.tenant, now, endpoint_ids
+    )
+    if created:
+        enqueue_delivery_jobs(message.pk, now, endpoint_ids)
+    return created
+
+
+def enqueue_delivery_jobs(
+    message_id: int, now: datetime, endpoint_ids: list[int] | None = None
+) -> int:
+    options = conf.get().WEBHOOKS
+    using = _using()
+    queued = fanout.insert_jobs(
+        using,
+        message_id,
+        now,
+        backend=options.BACKEND,
+        queue=options.QUEUE,
+        task_path=DELIVER_TASK,
+        # The delivery's schedule decides when it has failed; the job's own limit only
+        # stops a delivery whose worker keeps dying from running for ever.
+        max_attempts=2 * len(options.RETRY_SCHEDULE) + 2,
+        endpoint_ids=endpoint_ids,
+    )
+    if queued:
+        notify_on_commit([(options.QUEUE, now)], using=using)
+    return queued
+
+
+# -- operations (the admin exposes them) ---------------------------------------------------
+
+
+def resend(delivery: Delivery) -> bool:
+    """Try a delivery again now, whatever its status; False if it is already on its way."""
+    now = timezone.now()
+    with transaction.atomic(using=_using()):
+        Delivery.objects.filter(pk=delivery.pk).update(
+            status=DeliveryStatus.PENDING, next_attempt_at=now
+        )
+        queued = enqueue_delivery_jobs(delivery.message_id, now, [delivery.endpoint_id])
+    return queued > 0
+
+
+def recover(endpoint: Endpoint, since: datetime) -> int:
+    """Resend every failed delivery to ``endpoint`` created since ``since``; returns how
+    many were queued."""
+    now = timezone.now()
+    with transaction.atomic(using=_using()):
+        failed = Delivery.objects.filter(
+            endpoint=endpoint, status=DeliveryStatus.FAILED, created_at__gte=since
+        )
+        messages = list(failed.values_list("message_id", flat=True))
+        failed.update(status=DeliveryStatus.PENDING, next_attempt_at=now)
+        return sum(enqueue_delivery_jobs(m, now, [endpoint.pk]) for m in messages)
+
+
+def replay(message: Message, endpoint: Endpoint) -> Delivery:
+    """Deliver ``message`` to ``endpoint`` (again, or for the first time)."""
+    with transaction.atomic(using=_using()):
+        delivery = Delivery.objects.filter(message=message, endpoint=endpoint).first()
+        if delivery is None:
+            fan_out(message, timezone.now(), [endpoint.pk])
+            return Delivery.objects.get(message=message, endpoint=endpoint)
+        resend(delivery)
+        delivery.refresh_from_db()
+        return delivery
+
+
+def send_test(endpoint: Endpoint, payload: Any = None) -> Message:
+    """A ``webhook.test`` event to this endpoint alone, whatever its filter."""
+    now = timezone.now()
+    data = payload if payload is not None else {"endpoint": endpoint.pk, "test": True}
+    with transaction.atomic(using=_using()):
+        message = Message.objects.create(
+            uid=new_message_id(),
+            event_type=TEST_EVENT,
+            tenant=endpoint.tenant,
+            body=envelope(TEST_EVENT, data, now),
+            created_at=now,
+        )
+        fan_out(message, now, [endpoint.pk])
+    return message
+
+
+def enable(endpoint: Endpoint) -> None:
+    endpoint.active, endpoint.disabled_reason, endpoint.disabled_at = True, "", None
+    endpoint.failing_since, endpoint.consecutive_failures = None, 0
+    endpoint.save(
+        update_fields=[
+            "active",
+            "disabled_reason",
+            "disabled_at",
+            "failing_since",
+            "consecutive_failures",
+        ]
+    )
+
+
+def disable(endpoint: Endpoint, reason: str = "disabled by hand") -> None:
+    endpoint.active, endpoint.disabled_reason = False, reason[:255]
+    endpoint.disabled_at = timezone.now()
+    endpoint.save(update_fields=["active", "disabled_reason", "disabled_at"])
+
+
+def rotate_secret(endpoint: Endpoint, grace: timedelta | None = None) -> str:
+    """A new secret for ``endpoint``; the old one keeps signing too for ``grace`` (default
+    ``OUTBOX["WEBHOOKS"]["ROTATION_GRACE_SECONDS"]``), so receivers can switch over."""
+    if grace is None:
+        grace = timedelta(seconds=conf.get().WEBHOOKS.ROTATION_GRACE_SECONDS)
+    endpoint.previous_secret = endpoint.secret
+    endpoint.previous_secret_expires_at = timezone.now() + grace
+    endpoint.secret = signing.generate_secret()
+    endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
+    return endpoint.secret
+
+
+def signing_secrets(endpoint: Endpoint, now: datetime) -> list[str]:
+    """The secrets that sign a request to ``endpoint`` now: the current one, and the
+    previous one until its grace period ends."""
+    live = [endpoint.secret]
+    expires = endpoint.previous_secret_expires_at
+    if endpoint.previous_secret and expires is not None and now < expires:
+        live.append(endpoint.previous_secret)
+    return live
+
+
+def verify(headers: dict[str, str], body: bytes | str, secret: str, tolerance: float = 300) -> Any:
+    """For receivers: check a webhook's signature and timestamp; return its JSON payload.
+
+    Raises ``signing.VerificationError`` when it does not check out.
+    """
+    return signing.verify(headers, body, secret, tolerance)

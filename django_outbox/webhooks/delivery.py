@@ -1,0 +1,129 @@
+"""Running one delivery on a worker thread, batched with the others running at once.
+
+    load (one query for the batch) → latest attempts (one query for the batch)
+    → the HTTP request (concurrent, bounded per endpoint) → record (one bulk insert of
+    attempts and one update of deliveries for the batch) → the job's outcome
+
+The job engine then writes the jobs' outcomes in its own batches: a retry is a RetryAt
+(the schedule's time), the end a PermanentFailure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from django_outbox import conf
+from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RetryAt
+from django_outbox.models import Attempt, Delivery, DeliveryStatus
+from django_outbox.webhooks import api, attempts, http, policy, recording, signing
+from django_outbox.webhooks.batching import Batcher, Gauge
+from django_outbox.webhooks.policy import Decision, Verdict
+
+
+@dataclass(slots=True)
+class Loaded:
+    delivery: Delivery
+    latest: Attempt | None
+
+
+def load(delivery_ids: list[int]) -> list[Loaded | None]:
+    """Deliveries with their message and endpoint, and each one's latest attempt."""
+    found = Delivery.objects.select_related("message", "endpoint").in_bulk(delivery_ids)
+    present = [found[i] for i in dict.fromkeys(delivery_ids) if i in found]
+    keys = [attempts.Key(d.pk, d.created_at) for d in present]
+    latest = dict(zip([d.pk for d in present], attempts.latest(keys), strict=True))
+    return [Loaded(found[i], latest[i]) if i in found else None for i in delivery_ids]
+
+
+_loading = Gauge()
+_sending = Gauge()
+loader: Batcher[int, Loaded | None] = Batcher(
+    load,
+    size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
+    wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
+    peers=lambda: _loading.value,
+)
+recorder: Batcher[recording.Record, None] = Batcher(
+    recording.write,
+    size=lambda: 100,
+    wait=lambda: recording.LINGER_SECONDS,
+    peers=lambda: _sending.value,
+)
+
+
+def run(delivery_id: int) -> str:
+    """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure."""
+    with _loading:
+        loaded = loader.submit(delivery_id)
+    if loaded is None:
+        return f"delivery {delivery_id} no longer exists: nothing to send"
+    delivery, latest = loaded.delivery, loaded.latest
+    if delivery.status != DeliveryStatus.PENDING:
+        return f"delivery {delivery_id} is {delivery.status} already: nothing to send"
+    if latest is not None and latest.succeeded:
+        # Sent and logged, but its worker stopped before the job was marked done.
+        recorder.submit(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
+        return f"attempt {latest.number} had succeeded already: not sent again"
+    number = (latest.number if latest else 0) + 1
+    with _sending:
+        response = _attempt(delivery)
+        decision = policy.decide(
+            number,
+            conf.get().WEBHOOKS.RETRY_SCHEDULE,
+            response.status_code,
+            final=response.final,
+            retry_after=policy.parse_retry_after(
+                response.headers.get("retry-after"), timezone.now()
+            ),
+        )
+        next_at = None
+        if decision.delay is not None:
+            next_at = timezone.now() + timedelta(seconds=decision.delay)
+        recorder.submit(recording.Record(delivery, number, response, decision, next_at))
+    return _conclude(delivery, number, response, decision, next_at)
+
+
+def _attempt(delivery: Delivery) -> http.Response:
+    endpoint, message = delivery.endpoint, delivery.message
+    if not endpoint.active:
+        refused = http.Response(started_at=timezone.now(), final=True)
+        refused.error_class = EndpointDisabled.__name__
+        refused.error_message = f"{EndpointDisabled.__doc__} ({endpoint.disabled_reason})"
+        return refused
+    options = conf.get().WEBHOOKS
+    now = timezone.now()
+    body = message.body.encode()
+    headers = signing.headers(
+        api.signing_secrets(endpoint, now), message.uid, int(now.timestamp()), body
+    )
+    with http.endpoint_slot(endpoint.pk):
+        return http.post(
+            endpoint.url,
+            body,
+            headers,
+            timeout=endpoint.timeout or options.TIMEOUT,
+            connect_timeout=options.CONNECT_TIMEOUT,
+        )
+
+
+def _conclude(
+    delivery: Delivery,
+    number: int,
+    response: http.Response,
+    decision: Decision,
+    next_at: datetime | None,
+) -> str:
+    what = f"attempt {number} to {delivery.endpoint.url}: {response.summary}"
+    if decision.verdict == Verdict.SUCCEEDED:
+        return what
+    if decision.verdict == Verdict.RETRY:
+        assert decision.delay is not None and next_at is not None
+        raise RetryAt(next_at, f"{what}; next attempt in {decision.delay:.3g} s")
+    if decision.verdict == Verdict.GONE:
+        raise PermanentFailure(f"{what}; the endpoint is gone and was disabled")
+    if response.final:
+        raise PermanentFailure(f"{what}; not retried")
+    raise PermanentFailure(f"{what}; that was the last attempt")

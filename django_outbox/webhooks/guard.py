@@ -1,0 +1,189 @@
+"""The SSRF guard: webhooks go to public addresses only, unless the settings allow more.
+
+An endpoint's URL is checked when it is created (scheme, and a host written as an IP
+address in any notation). Hostnames are checked when a request connects: the name is
+resolved once, every address it resolves to must be allowed, and the connection goes to
+the address that was checked, so a second lookup (DNS rebinding) cannot change it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpcore
+import httpx
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+
+from django_outbox import conf
+from django_outbox.exceptions import UnsafeDestination
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Hosts that only digits, dots and hex letters make up may be IPv4 in a short notation
+#: (decimal "2130706433", hex "0x7f.1", octal "0177.0.0.1"), which resolvers accept.
+_NUMERIC_HOST = re.compile(r"[0-9a-fx.]+", re.IGNORECASE)
+
+
+def allowed_networks() -> list[Network]:
+    return [ipaddress.ip_network(n) for n in conf.get().WEBHOOKS.ALLOWED_NETWORKS]
+
+
+def refusal(address: IPAddress, allowed: Sequence[Network]) -> str | None:
+    """Why ``address`` may not be reached (None: it may)."""
+    inner = _embedded(address)
+    if any(candidate in network for candidate in (address, *inner) for network in allowed):
+        return None
+    for candidate in (address, *inner):
+        reason = _kind(candidate)
+        if reason:
+            shown = "" if candidate == address else f" (it holds {candidate})"
+            return f"{address} is {reason}{shown}"
+    return None
+
+
+def _embedded(address: IPAddress) -> list[IPAddress]:
+    """IPv4 addresses an IPv6 address carries: mapped, 6to4 and Teredo forms."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    inner: list[IPAddress] = []
+    if address.ipv4_mapped:
+        inner.append(address.ipv4_mapped)
+    if address.sixtofour:
+        inner.append(address.sixtofour)
+    if address.teredo:
+        inner.extend(address.teredo)
+    # IPv4-compatible (::a.b.c.d, deprecated) and NAT64 (64:ff9b::/96) forms.
+    if int(address) >> 32 == 0 or address in ipaddress.ip_network("64:ff9b::/96"):
+        inner.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return inner
+
+
+def _kind(address: IPAddress) -> str | None:
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_loopback:
+        return "a loopback address"
+    if address.is_link_local:
+        return "link-local (cloud metadata services live there)"
+    if address.is_multicast:
+        return "multicast"
+    if isinstance(address, ipaddress.IPv6Address) and address in _UNIQUE_LOCAL:
+        return "a unique-local address"
+    if address.is_private:
+        return "a private address"
+    if address.is_reserved or not address.is_global:
+        return "not a public address"
+    return None
+
+
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+
+
+def literal_address(host: str) -> IPAddress | None:
+    """The address a URL host spells in any notation, or None for a hostname."""
+    host = host.strip("[]").rstrip(".")
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if _NUMERIC_HOST.fullmatch(host) and any(c.isdigit() for c in host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def check_url(url: str) -> None:
+    """ValidationError unless ``url`` is an http(s) URL that may be delivered to."""
+    options = conf.get().WEBHOOKS
+    if not isinstance(url, str):
+        raise ValidationError(f"An endpoint URL must be a string, not {type(url).__name__}.")
+    schemes = ["https", "http"] if options.ALLOW_HTTP else ["https"]
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "http" and not options.ALLOW_HTTP:
+        raise ValidationError(
+            f"{url!r} uses http://; webhooks need https:// unless "
+            "OUTBOX['WEBHOOKS']['ALLOW_HTTP'] is True."
+        )
+    # First the address, in whatever notation: the most useful thing to say of it.
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        host = ""
+    address = literal_address(host)
+    if address is not None and (why := refusal(address, allowed_networks())):
+        raise ValidationError(
+            f"{url!r} points at {why}; webhooks go to public addresses only, unless "
+            "OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'] allows it.",
+            code="unsafe",
+        )
+    try:
+        URLValidator(schemes=schemes)(url)
+    except ValidationError:
+        raise ValidationError(
+            f"{url!r} is not a valid {' or '.join(schemes)} URL.", code="invalid"
+        ) from None
+
+
+class GuardedBackend(httpcore.SyncBackend):
+    """Resolves once, refuses what the guard refuses, connects to the address it checked."""
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise httpcore.ConnectError(f"could not resolve {host!r}: {exc}") from exc
+        addresses: list[IPAddress] = []
+        for info in infos:
+            address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+            if address not in addresses:
+                addresses.append(address)
+        allowed = allowed_networks()
+        for address in addresses:
+            if why := refusal(address, allowed):
+                raise UnsafeDestination(
+                    f"{host} resolves to {why}; refused (allow it with "
+                    "OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'])"
+                )
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                return super().connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                last = exc
+        raise last or httpcore.ConnectError(f"{host!r} resolved to no address")
+
+
+class GuardedTransport(httpx.HTTPTransport):
+    """httpx's transport, with every connection made through GuardedBackend.
+
+    httpx takes no network backend of its own, so the connection pool is replaced with one
+    built the same way plus ours (no proxies: one would connect on our behalf, unchecked).
+    """
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, trust_env=False)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=GuardedBackend(),
+        )

@@ -1,0 +1,186 @@
+"""Writing a batch of attempt results: one bulk insert of attempts, one update of their
+deliveries, and the endpoints' health (reset on success, counted on failure, disabled when
+gone or failing for too long), in one transaction; then the signals."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import router, transaction
+from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from django_outbox import conf
+from django_outbox.jobs.returning import update_returning
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint
+from django_outbox.webhooks import signals
+from django_outbox.webhooks.http import Response
+from django_outbox.webhooks.policy import Decision, Verdict
+
+#: Longest a finished attempt waits for others to be written with it.
+LINGER_SECONDS = 0.02
+
+_STATUS = {
+    Verdict.SUCCEEDED: DeliveryStatus.SUCCEEDED,
+    Verdict.RETRY: DeliveryStatus.PENDING,
+    Verdict.FAILED: DeliveryStatus.FAILED,
+    Verdict.GONE: DeliveryStatus.FAILED,
+}
+
+
+@dataclass(slots=True)
+class Record:
+    delivery: Delivery
+    #: The attempt's number; None when nothing was sent (an earlier attempt had succeeded).
+    number: int | None
+    response: Response | None
+    decision: Decision
+    next_attempt_at: datetime | None = None
+
+
+def write(records: list[Record]) -> list[None]:
+    now = timezone.now()
+    logged = [
+        Attempt(
+            delivery=r.delivery,
+            number=r.number,
+            started_at=r.response.started_at,
+            duration=r.response.duration,
+            succeeded=r.decision.verdict == Verdict.SUCCEEDED,
+            status_code=r.response.status_code,
+            response_headers=r.response.headers,
+            response_body=r.response.body,
+            error_class=r.response.error_class,
+            error_message=r.response.error_message,
+        )
+        for r in records
+        if r.number is not None and r.response is not None
+    ]
+    with transaction.atomic(using=router.db_for_write(Attempt)):
+        Attempt.objects.bulk_create(logged)
+        _update_deliveries(records)
+        disabled = _update_endpoints(records, now)
+    _send_signals(records, logged, disabled)
+    return [None] * len(records)
+
+
+def _update_deliveries(records: Sequence[Record]) -> None:
+    def per_row(value: object) -> Case:
+        return Case(*[When(pk=r.delivery.pk, then=Value(value(r))) for r in records])  # type: ignore[operator]
+
+    Delivery.objects.filter(pk__in=[r.delivery.pk for r in records]).update(
+        status=per_row(lambda r: _STATUS[r.decision.verdict].value),
+        attempts=Case(
+            *[When(pk=r.delivery.pk, then=Value(r.number)) for r in records if r.number],
+            default=F("attempts"),
+            output_field=IntegerField(),
+        ),
+        next_attempt_at=Case(
+            *[
+                When(pk=r.delivery.pk, then=Value(r.next_attempt_at))
+                for r in records
+                if r.next_attempt_at is not None
+            ],
+            default=Value(None),
+        ),
+        last_attempt_at=Case(
+            *[
+                When(pk=r.delivery.pk, then=Value(r.response.started_at))
+                for r in records
+                if r.response is not None
+            ],
+            default=F("last_attempt_at"),
+        ),
+    )
+
+
+def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[Endpoint, str]]:
+    """Reset, count and disable endpoints; returns those disabled, with the reason."""
+    options = conf.get().WEBHOOKS
+    succeeded = {r.delivery.endpoint_id for r in records if r.decision.verdict == Verdict.SUCCEEDED}
+    failures: defaultdict[int, int] = defaultdict(int)
+    gone: set[int] = set()
+    for r in records:
+        if r.number is None or r.delivery.endpoint_id in succeeded:
+            continue
+        if r.decision.verdict == Verdict.GONE:
+            gone.add(r.delivery.endpoint_id)
+        elif r.decision.verdict in (Verdict.RETRY, Verdict.FAILED):
+            failures[r.delivery.endpoint_id] += 1
+    if succeeded:
+        Endpoint.objects.filter(pk__in=succeeded).filter(
+            Q(failing_since__isnull=False) | Q(consecutive_failures__gt=0)
+        ).update(failing_since=None, consecutive_failures=0)
+    disabled: list[tuple[Endpoint, str]] = []
+    if failures:
+        Endpoint.objects.filter(pk__in=failures).update(
+            failing_since=Coalesce(F("failing_since"), Value(now)),
+            consecutive_failures=F("consecutive_failures")
+            + Case(
+                *[When(pk=pk, then=Value(n)) for pk, n in failures.items()],
+                output_field=IntegerField(),
+            ),
+        )
+        window = timedelta(seconds=options.DISABLE_AFTER_SECONDS)
+        reason = (
+            f"every delivery failed for {_days(window)}, over "
+            f"{options.DISABLE_AFTER_ATTEMPTS}+ attempts in a row"
+        )
+        disabled += _disable(
+            Endpoint.objects.filter(
+                pk__in=failures,
+                active=True,
+                failing_since__lte=now - window,
+                consecutive_failures__gte=options.DISABLE_AFTER_ATTEMPTS,
+            ),
+            reason,
+            now,
+        )
+    if gone:
+        disabled += _disable(
+            Endpoint.objects.filter(pk__in=gone, active=True),
+            "the endpoint answered 410 Gone",
+            now,
+        )
+    return disabled
+
+
+def _disable(endpoints: object, reason: str, now: datetime) -> list[tuple[Endpoint, str]]:
+    rows = update_returning(
+        endpoints,  # type: ignore[arg-type]
+        {"active": False, "disabled_reason": reason, "disabled_at": now},
+        ["id"],
+    )
+    if not rows:
+        return []
+    found = Endpoint.objects.in_bulk([row["id"] for row in rows])
+    return [(endpoint, reason) for endpoint in found.values()]
+
+
+def _days(window: timedelta) -> str:
+    days = window.total_seconds() / 86400
+    return f"{days:g} days" if days >= 1 else f"{window.total_seconds():g} s"
+
+
+def _send_signals(
+    records: Sequence[Record], logged: list[Attempt], disabled: list[tuple[Endpoint, str]]
+) -> None:
+    by_delivery = {a.delivery_id: a for a in logged}
+    for r in records:
+        attempt = by_delivery.get(r.delivery.pk)
+        verdict = r.decision.verdict
+        if verdict == Verdict.RETRY:
+            signal = signals.webhook_delivery_failed
+        elif verdict in (Verdict.FAILED, Verdict.GONE):
+            signal = signals.webhook_delivery_exhausted
+        elif verdict == Verdict.SUCCEEDED and (r.number or 0) > 1:
+            signal = signals.webhook_delivery_recovered
+        else:
+            continue
+        signal.send(Delivery, delivery=r.delivery, attempt=attempt)
+    for endpoint, reason in disabled:
+        signals.webhook_endpoint_disabled.send(Endpoint, endpoint=endpoint, reason=reason)

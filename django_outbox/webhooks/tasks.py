@@ -1,0 +1,16 @@
+"""The job that runs a delivery: its path is what ``send()`` writes into each job row."""
+
+from __future__ import annotations
+
+from django.tasks import task
+
+from django_outbox import conf
+
+_options = conf.get().WEBHOOKS
+
+
+@task(queue_name=_options.QUEUE, backend=_options.BACKEND)
+def deliver(delivery_id: int) -> str:
+    from django_outbox.webhooks.delivery import run
+
+    return run(delivery_id)
