@@ -47,7 +47,8 @@ class Receiver:
                 began = time.monotonic()
                 length = int(self.headers.get("content-length", 0))
                 body = self.rfile.read(length)
-                record = Received(self.path, dict(self.headers.items()), body, began)
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                record = Received(self.path, headers, body, began)
                 with receiver._lock:
                     receiver.received.append(record)
                     script = receiver.scripts.get(self.path, [])

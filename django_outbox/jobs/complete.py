@@ -80,6 +80,8 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
         if with_values:
             updates["return_value"] = _per_job(with_values, lambda o: o.return_value, "json")
         stored += _update(mine, succeeded, updates)
+    for outcome in retried:
+        outcome.retry_at = next_run_at(outcome)  # fixed now: the worker reads it after
     if retried:
         stored += _update(
             mine,

@@ -413,6 +413,9 @@ class Worker:
             status = JobStatus.SUCCEEDED
         elif outcome.will_retry:
             self.stats.retried += 1
+            if outcome.retry_at is not None:  # look again when it falls due
+                at = _monotonic_at(outcome.retry_at.timestamp())
+                self._next_claim = min(self._next_claim, at)
             logger.warning(
                 "job %s (%s) failed attempt %d of %d; will retry: %s",
                 job.id,

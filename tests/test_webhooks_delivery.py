@@ -1,0 +1,346 @@
+"""Deliveries end to end: a worker on a thread, a real HTTP receiver on 127.0.0.1.
+
+Test settings: http:// and 127.0.0.1/32 allowed, a 2 s request timeout, and a retry
+schedule of [0, 0.2, 0.2, 0.2] (four attempts, retries within 0.2 s).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+from standardwebhooks import Webhook
+
+from django_outbox import webhooks
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Job, JobStatus
+from django_outbox.webhooks import signals
+from tests.conftest import wait_until
+from tests.receiver import Answer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def settled(delivery_or_message, timeout: float = 20.0) -> list[Delivery]:
+    """Wait until every delivery of a message (or this delivery) is no longer pending and
+    its job is done; return them fresh."""
+    if isinstance(delivery_or_message, Delivery):
+        query = Delivery.objects.filter(pk=delivery_or_message.pk)
+    else:
+        query = Delivery.objects.filter(message=delivery_or_message)
+
+    def done():
+        rows = list(query.all())  # a fresh query each time
+        active = Job.objects.filter(
+            queue="webhooks", status__in=[JobStatus.QUEUED, JobStatus.RUNNING]
+        )
+        if rows and all(d.status != DeliveryStatus.PENDING for d in rows) and not active.exists():
+            return rows
+        return None
+
+    return wait_until(done, timeout=timeout, what="the deliveries to settle")
+
+
+def attempts_of(delivery: Delivery) -> list[Attempt]:
+    return list(Attempt.objects.filter(delivery=delivery).order_by("number"))
+
+
+@pytest.fixture
+def caught():
+    """Every webhook signal sent during the test, as (name, kwargs)."""
+    seen = []
+    names = [
+        "webhook_delivery_failed",
+        "webhook_delivery_exhausted",
+        "webhook_delivery_recovered",
+        "webhook_endpoint_disabled",
+    ]
+    receivers = {}
+    for name in names:
+
+        def receive(sender, _name=name, **kwargs):
+            seen.append((_name, kwargs))
+
+        receivers[name] = receive
+        getattr(signals, name).connect(receive)
+    yield seen
+    for name, receive in receivers.items():
+        getattr(signals, name).disconnect(receive)
+
+
+def test_a_delivery_arrives_signed_and_is_logged(receiver, webhook_worker):
+    endpoint = webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 7, "amount": "12.00"})
+    webhook_worker()
+    (delivery,) = settled(message)
+
+    assert delivery.status == DeliveryStatus.SUCCEEDED and delivery.attempts == 1
+    (request,) = receiver.at("/hook")
+    assert request.body == message.body.encode()
+    assert Webhook(endpoint.secret).verify(request.body, request.headers) == {
+        "type": "invoice.paid",
+        "timestamp": json.loads(message.body)["timestamp"],
+        "data": {"id": 7, "amount": "12.00"},
+    }
+    assert request.headers["webhook-id"] == message.uid
+    assert request.headers["content-type"] == "application/json"
+    (attempt,) = attempts_of(delivery)
+    assert (attempt.number, attempt.status_code, attempt.succeeded) == (1, 200, True)
+    assert attempt.response_body == "ok" and attempt.duration > 0
+    assert Job.objects.get(queue="webhooks").status == JobStatus.SUCCEEDED
+
+
+def test_a_500_is_retried_and_the_recovery_signalled(receiver, webhook_worker, caught):
+    receiver.script("/hook", Answer(500, body=b"down"), Answer(503), Answer(200))
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+
+    assert delivery.status == DeliveryStatus.SUCCEEDED
+    log = attempts_of(delivery)
+    assert [(a.number, a.status_code, a.succeeded) for a in log] == [
+        (1, 500, False),
+        (2, 503, False),
+        (3, 200, True),
+    ]
+    assert log[0].response_body == "down"
+    assert all(later.started_at > earlier.started_at for earlier, later in zip(log, log[1:]))
+    requests = receiver.at("/hook")
+    assert len({r.headers["webhook-id"] for r in requests}) == 1  # the same id each time
+    assert [name for name, _ in caught] == [
+        "webhook_delivery_failed",
+        "webhook_delivery_failed",
+        "webhook_delivery_recovered",
+    ]
+
+
+def test_a_delivery_that_keeps_failing_is_failed_after_the_schedule(
+    receiver, webhook_worker, caught
+):
+    receiver.script("/hook", Answer(500))
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+
+    schedule = settings.OUTBOX["WEBHOOKS"]["RETRY_SCHEDULE"]
+    assert delivery.status == DeliveryStatus.FAILED
+    assert len(attempts_of(delivery)) == len(receiver.at("/hook")) == len(schedule)
+    assert delivery.next_attempt_at is None
+    job = Job.objects.get(queue="webhooks")
+    assert job.status == JobStatus.FAILED and "last attempt" in job.errors[-1]["traceback"]
+    assert [name for name, _ in caught][-1] == "webhook_delivery_exhausted"
+
+
+def test_a_timeout_and_a_refused_connection_are_logged_and_retried(receiver, webhook_worker):
+    receiver.script("/slow", Answer(200, delay=1.5), Answer(200))
+    slow = webhooks.create_endpoint(receiver.url("/slow"), timeout=0.5)
+    with socket.socket() as spare:  # a port nobody listens on
+        spare.bind(("127.0.0.1", 0))
+        closed_port = spare.getsockname()[1]
+    webhooks.create_endpoint(f"http://127.0.0.1:{closed_port}/in")
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    deliveries = {d.endpoint_id: d for d in settled(message)}
+
+    first, second = attempts_of(deliveries[slow.pk])
+    assert first.error_class == "ReadTimeout" and first.status_code is None
+    assert "0.5 s" in first.error_message and first.duration < 1.4
+    assert second.succeeded
+    refused = [d for pk, d in deliveries.items() if pk != slow.pk][0]
+    assert refused.status == DeliveryStatus.FAILED
+    assert {a.error_class for a in attempts_of(refused)} == {"ConnectError"}
+
+
+def test_redirects_are_not_followed(receiver, webhook_worker):
+    receiver.script("/moved", Answer(301, headers={"location": receiver.url("/elsewhere")}))
+    webhooks.create_endpoint(receiver.url("/moved"))
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+    assert delivery.status == DeliveryStatus.FAILED
+    assert {a.status_code for a in attempts_of(delivery)} == {301}
+    assert receiver.at("/elsewhere") == []
+
+
+def test_410_gone_disables_the_endpoint_at_once(receiver, webhook_worker, caught):
+    receiver.script("/gone", Answer(410))
+    endpoint = webhooks.create_endpoint(receiver.url("/gone"))
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+
+    assert delivery.status == DeliveryStatus.FAILED and len(attempts_of(delivery)) == 1
+    endpoint.refresh_from_db()
+    assert not endpoint.active and "410" in endpoint.disabled_reason
+    assert (
+        "webhook_endpoint_disabled",
+        {"endpoint": endpoint, "reason": endpoint.disabled_reason},
+    ) in [(name, {k: v for k, v in kw.items() if k != "signal"}) for name, kw in caught]
+    # Nothing more goes to it, and what is sent is refused with a clear reason.
+    later = webhooks.send("invoice.paid", {"id": 2})
+    assert not later.deliveries.exists()
+
+
+def test_a_huge_body_is_cut_at_4_kib_and_a_slow_one_at_the_timeout(receiver, webhook_worker):
+    receiver.script("/huge", Answer(200, body=b"x" * (10 * 1024 * 1024)))
+    receiver.script("/drip", Answer(200, body=b"y" * 4000, pieces=40, piece_delay=0.1))
+    receiver.script("/bytes", Answer(500, body=b"\xff\xfe\x00bad"), Answer(200))
+    huge = webhooks.create_endpoint(receiver.url("/huge"))
+    drip = webhooks.create_endpoint(receiver.url("/drip"), timeout=1.0)
+    raw = webhooks.create_endpoint(receiver.url("/bytes"))
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    deliveries = {d.endpoint_id: d for d in settled(message)}
+
+    (big,) = attempts_of(deliveries[huge.pk])
+    assert big.succeeded and big.response_body == "x" * 4096
+    slow = attempts_of(deliveries[drip.pk])[0]
+    assert slow.status_code == 200 and len(slow.response_body) < 4000 and slow.duration < 2.5
+    odd = attempts_of(deliveries[raw.pk])[0]
+    assert odd.response_body == "\ufffd\ufffd\\x00bad"
+
+
+def test_retry_after_is_honoured_within_the_schedule(receiver, webhook_worker):
+    receiver.script("/busy", Answer(429, headers={"retry-after": "1"}), Answer(200))
+    webhooks.create_endpoint(receiver.url("/busy"))
+    schedule = [0, 5, 5]
+    outbox = settings.OUTBOX | {
+        "WEBHOOKS": settings.OUTBOX["WEBHOOKS"] | {"RETRY_SCHEDULE": schedule}
+    }
+    with override_settings(OUTBOX=outbox):
+        message = webhooks.send("invoice.paid", {"id": 1})
+        webhook_worker()
+        (delivery,) = settled(message)
+    first, second = receiver.at("/busy")
+    assert 0.9 <= second.started - first.started < 5, "waited for Retry-After, within bounds"
+
+
+def test_a_secret_rotation_sends_both_signatures(receiver, webhook_worker):
+    endpoint = webhooks.create_endpoint(receiver.url())
+    old = endpoint.secret
+    new = webhooks.rotate_secret(endpoint)
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    settled(message)
+    (request,) = receiver.at("/hook")
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):
+        assert Webhook(secret).verify(request.body, request.headers)
+
+
+def test_a_hostname_that_resolves_to_a_private_address_is_refused_not_retried(
+    webhook_worker, monkeypatch
+):
+    real = socket.getaddrinfo
+
+    def resolver(host, *args, **kwargs):  # the DNS answer is the edge we do not own
+        if host == "internal.example":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", 443))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    webhooks.create_endpoint("https://internal.example/hook")  # a hostname: checked later
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+    (attempt,) = attempts_of(delivery)
+    assert delivery.status == DeliveryStatus.FAILED
+    assert attempt.error_class == "UnsafeDestination"
+    assert "10.0.0.1 is a private address" in attempt.error_message
+
+
+def test_the_connection_goes_to_the_address_checked_no_second_lookup(
+    receiver, webhook_worker, monkeypatch
+):
+    """DNS rebinding: the first answer passes the check; a second lookup would say
+    10.0.0.1. The request reaches the receiver, so no second lookup happened."""
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1"] + ["10.0.0.1"] * 10)
+
+    def resolver(host, port, *args, **kwargs):
+        if host == "rebind.example":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    webhooks.create_endpoint(f"http://rebind.example:{receiver.port}/hook")
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+    assert delivery.status == DeliveryStatus.SUCCEEDED
+    (request,) = receiver.at("/hook")
+    assert request.headers["host"] == f"rebind.example:{receiver.port}"
+
+
+def test_an_attempt_that_succeeded_before_a_crash_is_not_sent_again(receiver, webhook_worker):
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    delivery = message.deliveries.get()
+    # As if a worker sent it, logged the attempt, and died before completing the job.
+    Attempt.objects.create(
+        delivery=delivery,
+        number=1,
+        started_at=delivery.created_at,
+        duration=0.01,
+        succeeded=True,
+        status_code=200,
+    )
+    webhook_worker()
+    (delivery,) = settled(message)
+    assert delivery.status == DeliveryStatus.SUCCEEDED
+    assert receiver.at("/hook") == []
+    assert Job.objects.get(queue="webhooks").return_value == (
+        "attempt 1 had succeeded already: not sent again"
+    )
+
+
+def test_an_endpoint_failing_for_its_window_is_disabled(receiver, webhook_worker, caught):
+    receiver.script("/down", Answer(500))
+    endpoint = webhooks.create_endpoint(receiver.url("/down"))
+    hooks = settings.OUTBOX["WEBHOOKS"] | {
+        "DISABLE_AFTER_SECONDS": 0.3,
+        "DISABLE_AFTER_ATTEMPTS": 3,
+    }
+    with override_settings(OUTBOX=settings.OUTBOX | {"WEBHOOKS": hooks}):
+        first = webhooks.send("invoice.paid", {"id": 1})
+        webhook_worker()
+        (delivery,) = settled(first)  # 4 attempts over more than 0.3 s
+        assert not webhooks.send("invoice.paid", {"id": 2}).deliveries.exists()
+    assert delivery.status == DeliveryStatus.FAILED
+    endpoint.refresh_from_db()
+    assert not endpoint.active
+    assert "every delivery failed" in endpoint.disabled_reason
+    assert endpoint.consecutive_failures >= 3
+    assert "webhook_endpoint_disabled" in [name for name, _ in caught]
+
+
+def test_a_success_resets_the_failure_count(receiver, webhook_worker):
+    receiver.script("/flaky", Answer(500), Answer(200))
+    endpoint = webhooks.create_endpoint(receiver.url("/flaky"))
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    settled(message)
+    endpoint.refresh_from_db()
+    assert (endpoint.failing_since, endpoint.consecutive_failures) == (None, 0)
+
+
+def test_two_workers_never_send_the_same_delivery_at_the_same_time(receiver, webhook_worker):
+    receiver.script("/hook", Answer(200, delay=0.2))
+    Endpoint.objects.bulk_create(
+        Endpoint(url=receiver.url(), secret=webhooks.api.signing.generate_secret())
+        for _ in range(20)
+    )
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker(concurrency=8)
+    webhook_worker(concurrency=8)
+    deliveries = settled(message)
+    assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
+    requests = receiver.at("/hook")
+    assert len(requests) == 20 == Attempt.objects.count()
+    # One request per endpoint: the signature differs per endpoint secret.
+    assert len({r.headers["webhook-signature"] for r in requests}) == 20
