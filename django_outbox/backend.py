@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -32,7 +33,10 @@ class OutboxBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        webhooks = conf.get().WEBHOOKS
+        try:
+            webhooks = conf.get().WEBHOOKS
+        except ImproperlyConfigured:
+            return  # system check E001 says what is wrong; every use refuses to run
         if self.queues and alias == webhooks.BACKEND:
             # Webhook deliveries run as jobs on their own queue: serve it by default.
             self.queues = {*self.queues, webhooks.QUEUE}

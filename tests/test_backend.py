@@ -217,3 +217,9 @@ def test_timeouts_and_backoffs_must_be_finite_and_sane(value):
     for option in ("timeout", "backoff_base", "backoff_cap"):
         with pytest.raises(InvalidTask, match=f"{option} must be a number of seconds above 0"):
             tasks.noop.using(**{option: value})
+
+
+def test_the_webhooks_queue_is_served_by_default():
+    from django.tasks import task_backends
+
+    assert "webhooks" in task_backends["default"].queues

@@ -175,7 +175,7 @@ def test_send_refuses_bad_input_and_stores_nothing(args, kwargs, why):
 
 
 def test_send_test_reaches_one_endpoint_whatever_its_filter():
-    target, other = endpoints(2, event_types=["invoice.*"])
+    target, _other = endpoints(2, event_types=["invoice.*"])
     message = webhooks.send_test(target)
     assert message.event_type == "webhook.test"
     assert list(Delivery.objects.values_list("endpoint_id", flat=True)) == [target.pk]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
-import time
+from itertools import pairwise
 
 import pytest
 from django.conf import settings
@@ -108,7 +108,7 @@ def test_a_500_is_retried_and_the_recovery_signalled(receiver, webhook_worker, c
         (3, 200, True),
     ]
     assert log[0].response_body == "down"
-    assert all(later.started_at > earlier.started_at for earlier, later in zip(log, log[1:]))
+    assert all(later.started_at > earlier.started_at for earlier, later in pairwise(log))
     requests = receiver.at("/hook")
     assert len({r.headers["webhook-id"] for r in requests}) == 1  # the same id each time
     assert [name for name, _ in caught] == [
@@ -151,7 +151,7 @@ def test_a_timeout_and_a_refused_connection_are_logged_and_retried(receiver, web
     assert first.error_class == "ReadTimeout" and first.status_code is None
     assert "0.5 s" in first.error_message and first.duration < 1.4
     assert second.succeeded
-    refused = [d for pk, d in deliveries.items() if pk != slow.pk][0]
+    refused = next(d for pk, d in deliveries.items() if pk != slow.pk)
     assert refused.status == DeliveryStatus.FAILED
     assert {a.error_class for a in attempts_of(refused)} == {"ConnectError"}
 
@@ -215,7 +215,7 @@ def test_retry_after_is_honoured_within_the_schedule(receiver, webhook_worker):
     with override_settings(OUTBOX=outbox):
         message = webhooks.send("invoice.paid", {"id": 1})
         webhook_worker()
-        (delivery,) = settled(message)
+        settled(message)
     first, second = receiver.at("/busy")
     assert 0.9 <= second.started - first.started < 5, "waited for Retry-After, within bounds"
 
@@ -344,3 +344,27 @@ def test_two_workers_never_send_the_same_delivery_at_the_same_time(receiver, web
     assert len(requests) == 20 == Attempt.objects.count()
     # One request per endpoint: the signature differs per endpoint secret.
     assert len({r.headers["webhook-signature"] for r in requests}) == 20
+
+
+def test_a_claimed_batch_shares_its_lookups_and_writes_and_so_do_its_retries(
+    receiver, webhook_worker
+):
+    from django_outbox.webhooks.delivery import loader, recorder
+
+    count = 16
+    for i in range(count):  # each fails once, then succeeds
+        receiver.script(f"/hook/{i}", Answer(500), Answer(200))
+    Endpoint.objects.bulk_create(
+        Endpoint(url=receiver.url(f"/hook/{i}"), secret=webhooks.api.signing.generate_secret())
+        for i in range(count)
+    )
+    message = webhooks.send("invoice.paid", {"id": 1})
+    lookups, writes = loader.batches, recorder.batches
+    webhook_worker(concurrency=count)
+    deliveries = settled(message)
+    assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
+    assert Attempt.objects.count() == 2 * count
+    # 32 attempts, 16 of them retries falling due over 0.2 s: the first 16 share a few
+    # lookups, the retries a few more; far fewer than one per attempt either way.
+    assert loader.batches - lookups <= count // 2, loader.batches - lookups
+    assert recorder.batches - writes <= count, recorder.batches - writes

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, Window
+from django.db.models import F, QuerySet, Window
 from django.db.models.functions import RowNumber
 
 from django_outbox.models import Attempt
@@ -59,8 +59,17 @@ def _lookup(keys: list[Key]) -> dict[int, Attempt]:
         )
         return {} if one is None else {key.delivery_id: one}
     bound = {key.delivery_id: key.not_before for key in keys}
+    # Each key's own bound, on the few rows that came back.
+    return {a.delivery_id: a for a in batch_query(keys) if a.started_at >= bound[a.delivery_id]}
+
+
+def batch_query(keys: Sequence[Key]) -> QuerySet[Attempt]:
+    """The latest attempt per delivery of ``keys``, no older than the earliest bound."""
     rows = (
-        Attempt.objects.filter(delivery_id__in=bound, started_at__gte=min(bound.values()))
+        Attempt.objects.filter(
+            delivery_id__in=[key.delivery_id for key in keys],
+            started_at__gte=min(key.not_before for key in keys),
+        )
         .annotate(
             rank=Window(
                 RowNumber(),
@@ -70,5 +79,4 @@ def _lookup(keys: list[Key]) -> dict[int, Attempt]:
         )
         .filter(rank=1)
     )
-    # Each key's own bound, on the few rows that came back.
-    return {a.delivery_id: a for a in rows if a.started_at >= bound[a.delivery_id]}
+    return rows

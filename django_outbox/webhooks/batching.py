@@ -1,22 +1,29 @@
 """Gathering calls made at the same time on different threads into one batch.
 
 Deliveries run on the worker's threads, one each. When several run at once, their lookups
-(and their writes) wait a moment for each other and go to the database as one statement:
-the first caller of a batch waits until the batch is full, until every delivery now
-running has joined, or until the wait is over, then runs it for all.
+(and their writes) go to the database as one statement: the first caller of a batch waits
+while others keep arriving, and runs the batch for all once it is full, once a short lull
+says no one else is coming, or once the longest wait is over. A lone caller waits only
+for the lull.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+#: No newcomer for this long ends the gathering: the threads a claim started arrive
+#: within a millisecond or two of each other.
+LULL_SECONDS = 0.005
 
 
 @dataclass
 class _Batch[Key]:
     keys: list[Key] = field(default_factory=list)
+    arrived: threading.Event = field(default_factory=threading.Event)
     full: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     results: list[Any] = field(default_factory=list)
@@ -35,15 +42,15 @@ class Batcher[Key, Value]:
         run: Callable[[list[Key]], Sequence[Value]],
         size: Callable[[], int],
         wait: Callable[[], float],
-        peers: Callable[[], int] = lambda: 1,
+        lull: float = LULL_SECONDS,
     ) -> None:
         self._run = run
         self._size = size
         self._wait = wait
-        self._peers = peers
+        self._lull = lull
         self._lock = threading.Lock()
         self._open: _Batch[Key] | None = None
-        #: Batches run, for tests and benchmarks.
+        #: Batches run so far (benchmarks and tests read it).
         self.batches = 0
 
     def submit(self, key: Key) -> Value:
@@ -54,14 +61,14 @@ class Batcher[Key, Value]:
                 batch = self._open = _Batch()
             position = len(batch.keys)
             batch.keys.append(key)
-            if len(batch.keys) >= min(self._size(), max(1, self._peers())):
-                self._open = None  # full, or everyone running is in it: no one else joins
+            if len(batch.keys) >= self._size():
+                self._open = None  # full: the next caller starts another
                 batch.full.set()
-        if leader:
-            batch.full.wait(self._wait())
-            with self._lock:
-                if self._open is batch:
-                    self._open = None  # later callers start the next batch
+            batch.arrived.set()
+        if not leader:
+            batch.done.wait()
+        else:
+            self._gather(batch)
             try:
                 batch.results = list(self._run(batch.keys))
             except BaseException as exc:
@@ -69,26 +76,20 @@ class Batcher[Key, Value]:
             finally:
                 self.batches += 1
                 batch.done.set()
-        else:
-            batch.done.wait()
         if batch.error is not None:
             raise batch.error
         value: Value = batch.results[position]
         return value
 
-
-class Gauge:
-    """How many threads are in a stage now: the peers a batch of that stage waits for."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.value = 0
-
-    def __enter__(self) -> Gauge:
+    def _gather(self, batch: _Batch[Key]) -> None:
+        deadline = time.monotonic() + self._wait()
+        while not batch.full.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            batch.arrived.clear()
+            if not batch.arrived.wait(min(self._lull, left)):
+                break  # a lull: no one else is coming
         with self._lock:
-            self.value += 1
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        with self._lock:
-            self.value -= 1
+            if self._open is batch:
+                self._open = None

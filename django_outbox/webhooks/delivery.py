@@ -19,7 +19,7 @@ from django_outbox import conf
 from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RetryAt
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
 from django_outbox.webhooks import api, attempts, http, policy, recording, signing
-from django_outbox.webhooks.batching import Batcher, Gauge
+from django_outbox.webhooks.batching import Batcher
 from django_outbox.webhooks.policy import Decision, Verdict
 
 
@@ -38,26 +38,21 @@ def load(delivery_ids: list[int]) -> list[Loaded | None]:
     return [Loaded(found[i], latest[i]) if i in found else None for i in delivery_ids]
 
 
-_loading = Gauge()
-_sending = Gauge()
 loader: Batcher[int, Loaded | None] = Batcher(
     load,
     size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
     wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
-    peers=lambda: _loading.value,
 )
 recorder: Batcher[recording.Record, None] = Batcher(
     recording.write,
     size=lambda: 100,
     wait=lambda: recording.LINGER_SECONDS,
-    peers=lambda: _sending.value,
 )
 
 
 def run(delivery_id: int) -> str:
     """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure."""
-    with _loading:
-        loaded = loader.submit(delivery_id)
+    loaded = loader.submit(delivery_id)
     if loaded is None:
         return f"delivery {delivery_id} no longer exists: nothing to send"
     delivery, latest = loaded.delivery, loaded.latest
@@ -68,21 +63,18 @@ def run(delivery_id: int) -> str:
         recorder.submit(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
         return f"attempt {latest.number} had succeeded already: not sent again"
     number = (latest.number if latest else 0) + 1
-    with _sending:
-        response = _attempt(delivery)
-        decision = policy.decide(
-            number,
-            conf.get().WEBHOOKS.RETRY_SCHEDULE,
-            response.status_code,
-            final=response.final,
-            retry_after=policy.parse_retry_after(
-                response.headers.get("retry-after"), timezone.now()
-            ),
-        )
-        next_at = None
-        if decision.delay is not None:
-            next_at = timezone.now() + timedelta(seconds=decision.delay)
-        recorder.submit(recording.Record(delivery, number, response, decision, next_at))
+    response = _attempt(delivery)
+    decision = policy.decide(
+        number,
+        conf.get().WEBHOOKS.RETRY_SCHEDULE,
+        response.status_code,
+        final=response.final,
+        retry_after=policy.parse_retry_after(response.headers.get("retry-after"), timezone.now()),
+    )
+    next_at = None
+    if decision.delay is not None:
+        next_at = timezone.now() + timedelta(seconds=decision.delay)
+    recorder.submit(recording.Record(delivery, number, response, decision, next_at))
     return _conclude(delivery, number, response, decision, next_at)
 
 

@@ -94,6 +94,9 @@ def post(
     except UnsafeDestination as exc:
         response.error_class, response.error_message = "UnsafeDestination", str(exc)
         response.final = True
+    except httpx.ConnectTimeout as exc:
+        response.error_class = type(exc).__name__
+        response.error_message = f"could not connect within {limits.connect:g} s ({exc})"
     except httpx.TimeoutException as exc:
         response.error_class = type(exc).__name__
         response.error_message = f"no answer within {timeout:g} s ({exc or 'timed out'})"

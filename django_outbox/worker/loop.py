@@ -6,6 +6,7 @@ from ``django_outbox.jobs``; it holds no SQL of its own. Jobs run on the pool's 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import socket
@@ -112,6 +113,8 @@ class Worker:
         self._to_release: list[int] = []
         self._unflushed_since = 0.0
         self._next_claim = 0.0
+        #: Monotonic times at which retries this worker wrote fall due (a min-heap).
+        self._retries_due: list[float] = []
         self._next_heartbeat = 0.0
         self._next_rescue = 0.0
         self._next_wake_check = 0.0
@@ -250,6 +253,11 @@ class Worker:
         # A short batch means the queues ran dry: look again at the next poll, or when
         # the next delayed job falls due if that is sooner (wake-ups know no other way).
         self._next_claim = now + self._poll_seconds
+        # Retries this worker scheduled fall due on their own: look again at the next one.
+        while self._retries_due and self._retries_due[0] <= now:
+            heapq.heappop(self._retries_due)
+        if self._retries_due:
+            self._next_claim = min(self._next_claim, self._retries_due[0])
         if self.waker.active and not jobs and self._due_unknown:
             # Only when idle (no extra query per busy claim), and not again at every stalled
             # check: delayed jobs enqueued later come with their due time in the signal.
@@ -416,6 +424,7 @@ class Worker:
             if outcome.retry_at is not None:  # look again when it falls due
                 at = _monotonic_at(outcome.retry_at.timestamp())
                 self._next_claim = min(self._next_claim, at)
+                heapq.heappush(self._retries_due, at)
             logger.warning(
                 "job %s (%s) failed attempt %d of %d; will retry: %s",
                 job.id,

@@ -1,0 +1,90 @@
+"""The batched latest-attempt lookup: one query for a batch, each key's own bound."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_outbox import webhooks
+from django_outbox.models import Attempt, Delivery, Endpoint
+from django_outbox.webhooks import attempts
+from django_outbox.webhooks.attempts import Key
+
+pytestmark = pytest.mark.django_db
+
+
+def deliveries(count: int) -> list[Delivery]:
+    Endpoint.objects.bulk_create(
+        Endpoint(url=f"https://hooks.example.com/{i}", secret="whsec_x") for i in range(count)
+    )
+    message = webhooks.send("invoice.paid", {"id": 1})
+    return list(Delivery.objects.filter(message=message).order_by("pk"))
+
+
+def log(delivery: Delivery, number: int, at, succeeded: bool = False) -> Attempt:
+    return Attempt.objects.create(
+        delivery=delivery, number=number, started_at=at, duration=0.1, succeeded=succeeded
+    )
+
+
+def test_one_query_returns_the_latest_attempt_of_each_delivery(django_assert_num_queries):
+    batch = deliveries(50)
+    now = timezone.now()
+    expected = {}
+    for position, delivery in enumerate(batch):
+        if position % 5 == 0:
+            continue  # never attempted
+        for number in range(1, position % 4 + 2):
+            expected[delivery.pk] = log(delivery, number, now + timedelta(seconds=number))
+    keys = [Key(d.pk, now - timedelta(minutes=1)) for d in batch]
+    with django_assert_num_queries(1):
+        found = attempts.latest(keys)
+    assert [a.pk if a else None for a in found] == [
+        expected[d.pk].pk if d.pk in expected else None for d in batch
+    ]
+
+
+def test_each_key_keeps_its_own_bound():
+    first, second = deliveries(2)
+    now = timezone.now()
+    log(first, 1, now - timedelta(minutes=10))
+    log(second, 1, now - timedelta(minutes=10))
+    found = attempts.latest([Key(first.pk, now - timedelta(minutes=11)), Key(second.pk, now)])
+    assert found[0] is not None and found[1] is None  # older than the second key's bound
+
+
+def test_bounds_wider_than_15_minutes_are_split_and_a_batch_of_one_uses_the_single_lookup():
+    batch = deliveries(4)
+    now = timezone.now()
+    keys = [Key(d.pk, now - timedelta(hours=i)) for i, d in enumerate(batch)]
+    assert [len(g) for g in attempts.split(keys)] == [1, 1, 1, 1]
+    close = [Key(d.pk, now - timedelta(minutes=i)) for i, d in enumerate(batch)]
+    assert [len(g) for g in attempts.split(close)] == [4]
+    with CaptureQueriesContext(connection) as queries:
+        attempts.latest(keys)
+    assert len(queries) == 4
+    assert all("ROW_NUMBER" not in q["sql"].upper() for q in queries)  # single lookups
+    with CaptureQueriesContext(connection) as queries:
+        attempts.latest(close)
+    assert len(queries) == 1 and "ROW_NUMBER" in queries[0]["sql"].upper()
+
+
+def test_the_lookup_uses_the_delivery_started_index_on_postgresql():
+    if connection.vendor != "postgresql":
+        pytest.skip("EXPLAIN output is PostgreSQL's")
+    batch = deliveries(3)
+    now = timezone.now()
+    Attempt.objects.bulk_create(
+        Attempt(delivery=d, number=n, started_at=now, duration=0.1)
+        for d in batch
+        for n in range(1, 200)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_outbox_attempt")
+        cursor.execute("SET enable_seqscan = off")
+    query = Attempt.objects.filter(delivery_id__in=[d.pk for d in batch], started_at__gte=now)
+    assert "outbox_attempt_latest" in query.explain()
