@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, router
-from django.db.models import DateTimeField, IntegerField, JSONField
+from django.db import router
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from django_outbox.jobs import backoff
 from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.rowvalues import per_row
 from django_outbox.models import Job, JobStatus
 
 
@@ -121,23 +121,5 @@ def _update(mine: Any, outcomes: list[Outcome], values: dict[str, Any]) -> int:
 
 
 def _per_job(outcomes: list[Outcome], value: Any, kind: str) -> RawSQL:
-    """``CASE id WHEN … THEN … END``, so one UPDATE can write a different value to each row.
-
-    Written as raw SQL with adapted parameters: building the same CASE from ORM
-    expressions costs more Python than the statement costs the database.
-    """
-    connection = connections[router.db_for_write(Job)]
-    ops = connection.ops
-    adapt: Any = {
-        "datetime": ops.adapt_datetimefield_value,
-        "json": _json_adapter(ops),
-        "int": int,
-    }[kind]
-    whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
-    params = [param for o in outcomes for param in (o.job.id, adapt(value(o)))]
-    output = {"datetime": DateTimeField(), "json": JSONField(), "int": IntegerField()}[kind]
-    return RawSQL(f"CASE {ops.quote_name('id')} {whens} END", params, output_field=output)
-
-
-def _json_adapter(ops: Any) -> Any:
-    return lambda value: ops.adapt_json_value(value, None)
+    """Each outcome's ``value`` for its job's row, in one CASE."""
+    return per_row(router.db_for_write(Job), [(o.job.id, value(o)) for o in outcomes], kind)

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import router, transaction
 from django.db.models import Case, F, IntegerField, Q, Value, When
@@ -16,6 +17,7 @@ from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.jobs.returning import update_returning
+from django_outbox.jobs.rowvalues import per_row
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint
 from django_outbox.webhooks import signals
 from django_outbox.webhooks.http import Response
@@ -69,33 +71,27 @@ def write(records: list[Record]) -> list[None]:
 
 
 def _update_deliveries(records: Sequence[Record]) -> None:
-    def per_row(value: object) -> Case:
-        return Case(*[When(pk=r.delivery.pk, then=Value(value(r))) for r in records])  # type: ignore[operator]
-
-    Delivery.objects.filter(pk__in=[r.delivery.pk for r in records]).update(
-        status=per_row(lambda r: _STATUS[r.decision.verdict].value),
-        attempts=Case(
-            *[When(pk=r.delivery.pk, then=Value(r.number)) for r in records if r.number],
-            default=F("attempts"),
-            output_field=IntegerField(),
+    using = router.db_for_write(Delivery)
+    sent = [r for r in records if r.number is not None and r.response is not None]
+    values: dict[str, Any] = {
+        "status": per_row(
+            using, [(r.delivery.pk, _STATUS[r.decision.verdict].value) for r in records], "text"
         ),
-        next_attempt_at=Case(
-            *[
-                When(pk=r.delivery.pk, then=Value(r.next_attempt_at))
-                for r in records
-                if r.next_attempt_at is not None
-            ],
-            default=Value(None),
+        "next_attempt_at": per_row(
+            using, [(r.delivery.pk, r.next_attempt_at) for r in records], "datetime"
         ),
-        last_attempt_at=Case(
-            *[
-                When(pk=r.delivery.pk, then=Value(r.response.started_at))
-                for r in records
-                if r.response is not None
-            ],
-            default=F("last_attempt_at"),
-        ),
-    )
+    }
+    if sent:
+        values["attempts"] = per_row(
+            using, [(r.delivery.pk, r.number) for r in sent], "int", default="attempts"
+        )
+        values["last_attempt_at"] = per_row(
+            using,
+            [(r.delivery.pk, r.response.started_at) for r in sent if r.response],
+            "datetime",
+            default="last_attempt_at",
+        )
+    Delivery.objects.filter(pk__in=[r.delivery.pk for r in records]).update(**values)
 
 
 def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[Endpoint, str]]:

@@ -6,6 +6,7 @@ workers also run any other due job in the queue it uses.
 
 from __future__ import annotations
 
+import argparse
 import logging
 from typing import Any
 
@@ -45,8 +46,28 @@ class Command(BaseCommand):
         idle_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
         idle_parser.add_argument("--queue", default="default")
 
+        hooks = workloads.add_parser(
+            "webhooks",
+            help="Deliveries/s to a local receiver, a retry burst, and the fan-out sweep.",
+        )
+        hooks.add_argument("--deliveries", type=positive_int, default=10000)
+        hooks.add_argument("--processes", type=positive_int, default=2)
+        hooks.add_argument("--concurrency", type=positive_int, default=32)
+        hooks.add_argument("--fan-out", type=positive_int, default=50)
+        hooks.add_argument("--retries", type=positive_int, default=2000)
+        hooks.add_argument("--sizes", type=size_list, default=[1, 10, 100, 1000])
+        hooks.add_argument(
+            "--parts",
+            type=part_list,
+            default=list(WEBHOOK_PARTS),
+            help=f"Comma-separated, of {', '.join(WEBHOOK_PARTS)} (default: all).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         logging.getLogger("django_outbox").setLevel(logging.WARNING)
+        if options["workload"] == "webhooks":
+            logging.getLogger("django_outbox").setLevel(logging.ERROR)  # retries are the point
+            return self.webhooks(options)
         if options["workload"] == "latency":
             return self.latency(options)
         if options["workload"] == "idle":
@@ -100,3 +121,60 @@ class Command(BaseCommand):
             )
             commits = "-" if f.commits_per_worker_s is None else f"{f.commits_per_worker_s:.3f}"
             self.stdout.write(f"  {f.mode:<10}{f.statements_per_worker_s:>26.3f}{commits:>26}")
+
+    def webhooks(self, options: dict[str, Any]) -> None:
+        from django_outbox.bench import webhooks
+
+        write = self.stdout.write
+        write(f"outbox_bench webhooks, {connection.vendor}")
+        if "throughput" in options["parts"]:
+            t = webhooks.throughput(
+                options["deliveries"],
+                options["processes"],
+                options["concurrency"],
+                options["fan_out"],
+            )
+            write(
+                f"  throughput: {t.deliveries:,} deliveries ({options['fan_out']} endpoints per "
+                f"message), {options['processes']} processes x {options['concurrency']} threads: "
+                f"{t.per_s:,.0f} deliveries/s ({t.seconds:.2f} s; {t.succeeded:,} succeeded, "
+                f"{t.requests:,} requests received)"
+            )
+        if "retries" in options["parts"]:
+            r = webhooks.retry_burst(options["retries"], options["concurrency"])
+            write(
+                f"  retry burst: {r.deliveries:,} deliveries failing once: {r.attempts:,} "
+                f"attempts, {r.retries:,} retries, {r.lookup_queries:,} lookup queries in "
+                f"{r.lookup_batches:,} batches: {r.lookups_per_retry:.3f} lookup queries per "
+                f"retry ({r.seconds:.1f} s)"
+            )
+        if "fanout" in options["parts"]:
+            write(f"  {'endpoints':>10}{'statements/send':>18}{'WAL bytes/send':>18}")
+            for row in webhooks.fan_out(options["sizes"]):
+                wal = "-" if row.wal_bytes_per_send is None else f"{row.wal_bytes_per_send:,.0f}"
+                write(f"  {row.endpoints:>10,}{row.statements_per_send:>18.1f}{wal:>18}")
+
+
+WEBHOOK_PARTS = ("throughput", "retries", "fanout")
+
+
+def size_list(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of numbers, not {text!r}"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be whole numbers of at least 1: {text!r}")
+    return sizes
+
+
+def part_list(text: str) -> list[str]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in parts if part not in WEBHOOK_PARTS]
+    if not parts or unknown:
+        raise argparse.ArgumentTypeError(
+            f"parts are {', '.join(WEBHOOK_PARTS)}; not {', '.join(unknown) or repr(text)}"
+        )
+    return parts

@@ -1,0 +1,192 @@
+"""The webhook benchmarks: delivery throughput, a retry burst, and the fan-out sweep.
+
+Everything is sent to a local receiver (``bench.receiver``) on 127.0.0.1, which the
+benchmark allows for itself (ALLOW_HTTP and 127.0.0.1/32) for the length of the run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext, override_settings
+
+from django_outbox import conf, webhooks
+from django_outbox.bench import receiver
+from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
+from django_outbox.webhooks import attempts, signing
+from django_outbox.webhooks.delivery import loader
+from django_outbox.worker import Worker
+from django_outbox.worker.process import WorkerOptions, run
+
+BENCH_TENANT = "outbox-bench"
+
+
+@contextmanager
+def bench_settings(schedule: list[float] | None = None) -> Iterator[None]:
+    """Allow the local receiver; optionally a quick retry schedule."""
+    raw = dict(getattr(settings, "OUTBOX", {}))
+    hooks = dict(raw.get("WEBHOOKS", {}))
+    hooks["ALLOW_HTTP"] = True
+    hooks["ALLOWED_NETWORKS"] = [*hooks.get("ALLOWED_NETWORKS", []), "127.0.0.1/32"]
+    if schedule is not None:
+        hooks["RETRY_SCHEDULE"] = schedule
+    with override_settings(OUTBOX={**raw, "WEBHOOKS": hooks}):
+        yield
+
+
+def clean() -> None:
+    """Remove what earlier runs left: the bench tenant's endpoints, messages and jobs."""
+    Job.objects.filter(queue=conf.get().WEBHOOKS.QUEUE).delete()
+    Message.objects.filter(tenant=BENCH_TENANT).delete()
+    Endpoint.objects.filter(tenant=BENCH_TENANT).delete()
+
+
+def endpoints(url: str, count: int) -> None:
+    """``count`` endpoints, each at a path of its own under ``url``."""
+    Endpoint.objects.bulk_create(
+        Endpoint(url=f"{url}/{number}", tenant=BENCH_TENANT, secret=signing.generate_secret())
+        for number in range(count)
+    )
+
+
+def send_messages(count: int) -> None:
+    for number in range(count):
+        webhooks.send("bench.event", {"n": number}, tenant=BENCH_TENANT)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    deliveries: int
+    seconds: float
+    per_s: float
+    succeeded: int
+    requests: int
+
+
+def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Throughput:
+    """Send ``deliveries`` (messages times ``fan_out`` endpoints) to a receiver that answers 200
+    at once, then time ``processes`` workers delivering them all."""
+    clean()
+    server = receiver.start()
+    try:
+        with bench_settings():
+            endpoints(server.url, fan_out)
+            send_messages(max(1, deliveries // fan_out))
+            total = Delivery.objects.filter(message__tenant=BENCH_TENANT).count()
+            options = WorkerOptions(
+                queues=[conf.get().WEBHOOKS.QUEUE], concurrency=concurrency, burst=True
+            )
+            reports: Any = multiprocessing.get_context("fork").Queue()
+            started = time.perf_counter()
+            run(options, processes=processes, report=reports)
+            seconds = time.perf_counter() - started
+            for _ in range(processes):
+                reports.get(timeout=10)
+    finally:
+        counts = server.stop()
+    succeeded = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="succeeded").count()
+    clean()
+    return Throughput(total, seconds, total / seconds, succeeded, counts["requests"])
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBurst:
+    deliveries: int
+    attempts: int
+    retries: int
+    lookup_queries: int
+    lookup_batches: int
+    seconds: float
+
+    @property
+    def lookups_per_retry(self) -> float:
+        return self.lookup_queries / max(1, self.retries)
+
+
+def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBurst:
+    """``deliveries`` that each fail once (500) and then succeed; count the latest-attempt
+    lookup queries per retry. One worker on threads of this process, so its counters can
+    be read."""
+    clean()
+    server = receiver.start(fail_first=1)
+    try:
+        with bench_settings(schedule=[0, 0.5, 1, 1]):
+            endpoints(server.url, fan_out)
+            send_messages(max(1, deliveries // fan_out))
+            total = Delivery.objects.filter(message__tenant=BENCH_TENANT).count()
+            queries_before, batches_before = attempts.queries, loader.batches
+            worker = Worker(queues=[conf.get().WEBHOOKS.QUEUE], concurrency=concurrency)
+            thread = threading.Thread(target=_run_and_close, args=(worker,))
+            started = time.perf_counter()
+            thread.start()
+            pending = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="pending")
+            deadline = time.monotonic() + 600
+            while pending.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seconds = time.perf_counter() - started
+            worker.request_stop("benchmark done")
+            thread.join(60)
+    finally:
+        server.stop()
+    logged = Attempt.objects.filter(delivery__message__tenant=BENCH_TENANT).count()
+    figures = RetryBurst(
+        deliveries=total,
+        attempts=logged,
+        retries=logged - total,
+        lookup_queries=attempts.queries - queries_before,
+        lookup_batches=loader.batches - batches_before,
+        seconds=seconds,
+    )
+    clean()
+    return figures
+
+
+def _run_and_close(worker: Worker) -> None:
+    try:
+        worker.run()
+    finally:
+        connections.close_all()
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    endpoints: int
+    statements_per_send: float
+    wal_bytes_per_send: float | None
+
+
+def fan_out(sizes: list[int], sends: int = 20) -> list[FanOut]:
+    """Statements (and PostgreSQL WAL bytes) per ``send()`` for E matching endpoints."""
+    rows = []
+    for size in sizes:
+        clean()
+        with bench_settings():
+            endpoints("https://hooks.example.com/in", size)
+            wal_before = _wal_position()
+            with CaptureQueriesContext(connection) as queries:
+                send_messages(sends)
+            wal_after = _wal_position()
+        statements = sum("pg_notify" not in q["sql"] for q in queries) / sends
+        wal = None
+        if wal_before is not None and wal_after is not None:
+            wal = (wal_after - wal_before) / sends
+        rows.append(FanOut(size, statements, wal))
+    clean()
+    return rows
+
+
+def _wal_position() -> int | None:
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        row = cursor.fetchone()
+    return int(row[0]) if row else None
