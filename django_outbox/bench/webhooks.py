@@ -22,7 +22,7 @@ from django_outbox import conf, webhooks
 from django_outbox.bench import receiver
 from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
 from django_outbox.webhooks import attempts, signing
-from django_outbox.webhooks.delivery import loader
+from django_outbox.webhooks.delivery import loader, retry_loader
 from django_outbox.worker import Worker
 from django_outbox.worker.process import WorkerOptions, run
 
@@ -69,6 +69,8 @@ class Throughput:
     per_s: float
     succeeded: int
     requests: int
+    #: Statements the workers' main loops sent (claims, completions, heartbeats), per delivery.
+    loop_statements_per_delivery: float
 
 
 def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Throughput:
@@ -88,13 +90,15 @@ def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) 
             started = time.perf_counter()
             run(options, processes=processes, report=reports)
             seconds = time.perf_counter() - started
-            for _ in range(processes):
-                reports.get(timeout=10)
+            stats = [reports.get(timeout=10) for _ in range(processes)]
     finally:
         counts = server.stop()
     succeeded = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="succeeded").count()
     clean()
-    return Throughput(total, seconds, total / seconds, succeeded, counts["requests"])
+    statements = sum(s["statements"] for s in stats)
+    return Throughput(
+        total, seconds, total / seconds, succeeded, counts["requests"], statements / total
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +106,15 @@ class RetryBurst:
     deliveries: int
     attempts: int
     retries: int
+    #: Latest-attempt queries in all (a batch of bounds over 15 minutes apart runs more).
     lookup_queries: int
-    lookup_batches: int
+    first_lookup_batches: int
+    retry_lookup_batches: int
     seconds: float
 
     @property
     def lookups_per_retry(self) -> float:
-        return self.lookup_queries / max(1, self.retries)
+        return self.retry_lookup_batches / max(1, self.retries)
 
 
 def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBurst:
@@ -122,7 +128,9 @@ def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBu
             endpoints(server.url, fan_out)
             send_messages(max(1, deliveries // fan_out))
             total = Delivery.objects.filter(message__tenant=BENCH_TENANT).count()
-            queries_before, batches_before = attempts.queries, loader.batches
+            queries_before = attempts.queries
+            batches_before = loader.batches
+            retry_batches_before = retry_loader.batches
             worker = Worker(queues=[conf.get().WEBHOOKS.QUEUE], concurrency=concurrency)
             thread = threading.Thread(target=_run_and_close, args=(worker,))
             started = time.perf_counter()
@@ -142,7 +150,8 @@ def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBu
         attempts=logged,
         retries=logged - total,
         lookup_queries=attempts.queries - queries_before,
-        lookup_batches=loader.batches - batches_before,
+        first_lookup_batches=loader.batches - batches_before,
+        retry_lookup_batches=retry_loader.batches - retry_batches_before,
         seconds=seconds,
     )
     clean()

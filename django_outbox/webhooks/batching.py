@@ -34,7 +34,8 @@ class Batcher[Key, Value]:
     """``submit(key)`` blocks until ``run(keys)`` has run for the batch holding ``key``.
 
     ``run`` returns one value per key, in order; if it raises, every caller in the batch
-    gets the exception (each then deals with it on its own).
+    gets the exception (each then deals with it on its own). ``lull`` None: gather for the
+    whole ``wait`` unless the batch fills.
     """
 
     def __init__(
@@ -42,7 +43,7 @@ class Batcher[Key, Value]:
         run: Callable[[list[Key]], Sequence[Value]],
         size: Callable[[], int],
         wait: Callable[[], float],
-        lull: float = LULL_SECONDS,
+        lull: float | None = LULL_SECONDS,
     ) -> None:
         self._run = run
         self._size = size
@@ -86,6 +87,9 @@ class Batcher[Key, Value]:
         while not batch.full.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
+                break
+            if self._lull is None:
+                batch.full.wait(left)
                 break
             batch.arrived.clear()
             if not batch.arrived.wait(min(self._lull, left)):

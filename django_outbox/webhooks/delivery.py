@@ -38,10 +38,19 @@ def load(delivery_ids: list[int]) -> list[Loaded | None]:
     return [Loaded(found[i], latest[i]) if i in found else None for i in delivery_ids]
 
 
+#: First attempts gather until a lull: the deliveries one claim started arrive together.
 loader: Batcher[int, Loaded | None] = Batcher(
     load,
     size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
     wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
+)
+#: Retries fall due one by one (their delays are jittered): they gather for the whole
+#: LOOKUP_BATCH_WAIT_MS, so retries running at about the same time share one lookup.
+retry_loader: Batcher[int, Loaded | None] = Batcher(
+    load,
+    size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
+    wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
+    lull=None,
 )
 recorder: Batcher[recording.Record, None] = Batcher(
     recording.write,
@@ -50,9 +59,11 @@ recorder: Batcher[recording.Record, None] = Batcher(
 )
 
 
-def run(delivery_id: int) -> str:
-    """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure."""
-    loaded = loader.submit(delivery_id)
+def run(delivery_id: int, retry: bool = False) -> str:
+    """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure.
+
+    ``retry``: the delivery's job ran before (its lookup waits for other retries)."""
+    loaded = (retry_loader if retry else loader).submit(delivery_id)
     if loaded is None:
         return f"delivery {delivery_id} no longer exists: nothing to send"
     delivery, latest = loaded.delivery, loaded.latest

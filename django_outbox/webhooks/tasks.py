@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from django.tasks import task
+from django.tasks import TaskContext, task
 
 from django_outbox import conf
 
 _options = conf.get().WEBHOOKS
 
 
-@task(queue_name=_options.QUEUE, backend=_options.BACKEND)
-def deliver(delivery_id: int) -> str:
+@task(queue_name=_options.QUEUE, backend=_options.BACKEND, takes_context=True)
+def deliver(context: TaskContext, delivery_id: int) -> str:
     from django_outbox.webhooks.delivery import run
 
-    return run(delivery_id)
+    return run(delivery_id, retry=context.attempt > 1)

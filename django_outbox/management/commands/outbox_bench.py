@@ -138,15 +138,17 @@ class Command(BaseCommand):
                 f"  throughput: {t.deliveries:,} deliveries ({options['fan_out']} endpoints per "
                 f"message), {options['processes']} processes x {options['concurrency']} threads: "
                 f"{t.per_s:,.0f} deliveries/s ({t.seconds:.2f} s; {t.succeeded:,} succeeded, "
-                f"{t.requests:,} requests received)"
+                f"{t.requests:,} requests received; {t.loop_statements_per_delivery:.3f} "
+                "worker-loop statements per delivery)"
             )
         if "retries" in options["parts"]:
             r = webhooks.retry_burst(options["retries"], options["concurrency"])
             write(
                 f"  retry burst: {r.deliveries:,} deliveries failing once: {r.attempts:,} "
-                f"attempts, {r.retries:,} retries, {r.lookup_queries:,} lookup queries in "
-                f"{r.lookup_batches:,} batches: {r.lookups_per_retry:.3f} lookup queries per "
-                f"retry ({r.seconds:.1f} s)"
+                f"attempts, {r.retries:,} retries; lookups: {r.first_lookup_batches:,} batches "
+                f"for first attempts, {r.retry_lookup_batches:,} for retries "
+                f"({r.lookup_queries:,} queries in all): {r.lookups_per_retry:.3f} lookup "
+                f"queries per retry ({r.seconds:.1f} s)"
             )
         if "fanout" in options["parts"]:
             write(f"  {'endpoints':>10}{'statements/send':>18}{'WAL bytes/send':>18}")
