@@ -96,7 +96,14 @@ TASKS = {
     }
 }
 
-OUTBOX: dict = {}
+OUTBOX: dict = {
+    "WEBHOOKS": {
+        # The demo's webhook receiver is a plain HTTP server on 127.0.0.1. A real site
+        # leaves both out: webhooks then go over https to public addresses only.
+        "ALLOW_HTTP": True,
+        "ALLOWED_NETWORKS": ["127.0.0.1/32"],
+    },
+}
 
 # Redis is optional: REDIS_URL=redis://127.0.0.1:6379/0 adds a django-redis cache that
 # django_outbox uses for wake-ups (OUTBOX["WAKE"] = "auto" picks it up on SQLite).

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from django_outbox.models import Job, JobStatus
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Job, JobStatus
 from testproject.shop.models import Customer, Order
 
 
@@ -20,7 +20,10 @@ def test_demo_enqueues_through_the_views_and_finishes_every_job() -> None:
 
     assert Customer.objects.count() == 20
     assert Order.objects.count() == 10
-    assert Job.objects.count() == 30
+    # 20 welcomes, 10 invoices, and 10 order.placed webhooks to each of 2 endpoints.
+    assert Job.objects.count() == 50
+    assert Delivery.objects.filter(status=DeliveryStatus.SUCCEEDED).count() == 20
+    assert Attempt.objects.count() == 60  # the receiver fails the first two of each
     assert not Job.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).exists()
     # One order in 25, at least one, is over 900: its invoice fails all 3 attempts.
     failed = Job.objects.filter(status=JobStatus.FAILED, task_path__endswith="render_invoice")
@@ -33,5 +36,6 @@ def test_demo_enqueues_through_the_views_and_finishes_every_job() -> None:
 
     assert text.count("(nothing enqueued)") == 2
     assert "cannot render an invoice over 900" in text
-    assert "30 jobs finished" in text
+    assert "50 jobs finished" in text
+    assert "20 deliveries (20 succeeded, 0 failed) in 60 attempts" in text
     assert get_user_model().objects.get(username="admin").is_superuser

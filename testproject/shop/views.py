@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from django_outbox import webhooks
 from testproject.shop.models import Customer, Order
 from testproject.shop.tasks import render_invoice, send_welcome
 
@@ -40,4 +41,10 @@ def place_order(request: HttpRequest) -> HttpResponse:
             return JsonResponse({"error": "unknown customer"}, status=404)
         order = Order.objects.create(customer=customer, amount=amount)
         result = render_invoice.enqueue(order.pk)
-    return JsonResponse({"order": order.pk, "job": result.id}, status=201)
+        # The customers' servers hear of it too: a webhook, in the same transaction.
+        message = webhooks.send(
+            "order.placed",
+            {"order": order.pk, "email": customer.email, "amount": str(amount)},
+            idempotency_key=f"order-placed-{order.pk}",
+        )
+    return JsonResponse({"order": order.pk, "job": result.id, "webhook": message.uid}, status=201)

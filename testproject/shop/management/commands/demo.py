@@ -1,9 +1,11 @@
 """``python manage.py demo``: django_outbox end to end, in one process.
 
-1. Clear the demo data (jobs, stopped worker records, customers, orders).
+1. Clear the demo data (jobs, stopped worker records, customers, orders, webhooks).
 2. Enqueue jobs the real way, through the shop's views with ``django.test.Client``:
    sign-ups enqueue ``send_welcome``, orders enqueue ``render_invoice`` (orders over 900
-   always fail). A transaction that rolls back is shown to enqueue nothing.
+   always fail) and send an ``order.placed`` webhook to two endpoints on a local
+   receiver that fails the first two requests of each delivery, so retries show.
+   A transaction that rolls back is shown to enqueue nothing.
 3. Run burst workers in a background thread until every job has finished, with a
    progress bar on stdout.
 4. Print a summary per task, with example errors of failed jobs.
@@ -22,17 +24,28 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Count, Min, Q, Sum
 from django.tasks import task_backends
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 
+from django_outbox import webhooks
+from django_outbox.bench import receiver
 from django_outbox.management.commands.runworker import non_negative_int, positive_int
-from django_outbox.models import Job, JobStatus
+from django_outbox.models import (
+    Attempt,
+    Delivery,
+    DeliveryStatus,
+    Endpoint,
+    Job,
+    JobStatus,
+    Message,
+)
 from django_outbox.models import Worker as WorkerRecord
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.worker import Worker
@@ -51,6 +64,10 @@ FINISHED_STATUSES = [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
 #: Loggers whose lines would break the progress bar.
 WORKER_LOGGERS = ("django_outbox", "django.tasks")
 ADMIN_URL = "http://127.0.0.1:8000/admin/"
+#: The demo's receiver fails this many requests of each delivery before it answers 200.
+RECEIVER_FAILS_FIRST = 2
+#: A quick retry schedule for the demo (the default waits 5 s, then 5 minutes, ...).
+DEMO_RETRY_SCHEDULE = [0, 0.3, 0.6, 1.2, 2.4]
 
 
 # -- 1. a clean slate ------------------------------------------------------------------
@@ -66,6 +83,8 @@ def clear_demo_data() -> dict[str, int]:
             ).delete()[0],
             "orders": Order.objects.all().delete()[0],
             "customers": Customer.objects.all().delete()[0],
+            "webhook messages": Message.objects.all().delete()[0],
+            "webhook endpoints": Endpoint.objects.all().delete()[0],
         }
 
 
@@ -249,6 +268,15 @@ class Drain:
 
 
 @contextmanager
+def demo_retry_schedule() -> Iterator[None]:
+    """Retries within seconds, so the demo shows them without waiting minutes."""
+    outbox = dict(getattr(settings, "OUTBOX", {}))
+    hooks = {**outbox.get("WEBHOOKS", {}), "RETRY_SCHEDULE": DEMO_RETRY_SCHEDULE}
+    with override_settings(OUTBOX={**outbox, "WEBHOOKS": hooks}):
+        yield
+
+
+@contextmanager
 def quiet_loggers(*names: str, level: int = logging.CRITICAL) -> Iterator[None]:
     """Raise the loggers' level for a while, e.g. so they do not break the progress bar."""
     loggers = [logging.getLogger(name) for name in names]
@@ -344,6 +372,31 @@ def example_errors(limit: int = 3) -> list[str]:
     ]
 
 
+def webhook_summary() -> list[str]:
+    deliveries = Delivery.objects.aggregate(
+        total=Count("id"),
+        succeeded=Count("id", filter=Q(status=DeliveryStatus.SUCCEEDED)),
+        failed=Count("id", filter=Q(status=DeliveryStatus.FAILED)),
+    )
+    attempts = Attempt.objects.count()
+    lines = [
+        f"Webhooks: {Message.objects.count()} messages, {deliveries['total']} deliveries "
+        f"({deliveries['succeeded']} succeeded, {deliveries['failed']} failed) in "
+        f"{attempts} attempts; the receiver failed the first {RECEIVER_FAILS_FIRST} "
+        "requests of each."
+    ]
+    first = Delivery.objects.order_by("pk").first()
+    if first is not None:
+        lines.append(f"The attempt log of delivery #{first.pk} to {first.endpoint.url}:")
+        for attempt in Attempt.objects.filter(delivery=first).order_by("number"):
+            answer = f"HTTP {attempt.status_code}" if attempt.status_code else attempt.error_class
+            lines.append(
+                f"  attempt {attempt.number} at {attempt.started_at:%H:%M:%S.%f}"[:-3]
+                + f": {answer} in {attempt.duration * 1000:.1f} ms"
+            )
+    return lines
+
+
 # -- 5. the admin ----------------------------------------------------------------------
 
 
@@ -390,10 +443,26 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         rng = random.Random(options["seed"])
         self.step_clear()
-        self.step_enqueue(options["customers"], options["orders"], rng)
-        elapsed = self.step_drain()
+        server = receiver.start(fail_first=RECEIVER_FAILS_FIRST)
+        try:
+            with demo_retry_schedule():
+                self.step_endpoints(server.url)
+                self.step_enqueue(options["customers"], options["orders"], rng)
+                elapsed = self.step_drain()
+        finally:
+            server.stop()
         self.step_summary(elapsed)
         self.step_admin(serve=not options["no_serve"])
+
+    def step_endpoints(self, url: str) -> None:
+        orders = webhooks.create_endpoint(
+            f"{url}/orders", event_types=["order.*"], description="the demo's order feed"
+        )
+        everything = webhooks.create_endpoint(f"{url}/all", description="every event")
+        self.say(
+            f"Webhook endpoints on a local receiver: {orders.url} (order.*) and "
+            f"{everything.url} (every event); secrets like {orders.secret[:10]}..."
+        )
 
     def say(self, text: str = "") -> None:
         self.stdout.write(text)
@@ -465,6 +534,9 @@ class Command(BaseCommand):
 
     def step_summary(self, elapsed: float) -> None:
         summaries = task_summaries()
+        self.say("")
+        for line in webhook_summary():
+            self.say(line)
         finished = sum(s.succeeded + s.failed for s in summaries)
         self.say("")
         for line in summary_table(summaries):
