@@ -56,7 +56,7 @@ class MessageAdmin(ReadOnlyAdmin):
 
 class AttemptInline(admin.TabularInline):
     model = Attempt
-    fields = ["number", "started_at", "duration", "status_code", "error_class", "error_message"]
+    fields = ("number", "started_at", "duration", "status_code", "error_class", "error_message")
     readonly_fields = fields
     extra = 0
     can_delete = False
