@@ -214,3 +214,36 @@ def test_enable_disable_and_rotate_secret():
     endpoint.refresh_from_db()
     assert (endpoint.secret, endpoint.previous_secret) == (new, old)
     assert endpoint.previous_secret_expires_at > timezone.now() + timedelta(minutes=59)
+
+
+def test_resend_while_a_retry_is_queued_changes_nothing():
+    endpoints(1)
+    message = webhooks.send("invoice.paid", {"id": 1})
+    delivery = message.deliveries.get()
+    later = timezone.now() + timedelta(hours=2)
+    Delivery.objects.filter(pk=delivery.pk).update(attempts=3, next_attempt_at=later)
+    assert webhooks.resend(delivery) is False
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.next_attempt_at, delivery.resent_at) == (3, later, None)
+
+
+def test_replay_and_send_test_refuse_a_disabled_or_foreign_endpoint():
+    (mine,) = endpoints(1, tenant="acme")
+    (theirs,) = endpoints(1, tenant="globex")
+    message = webhooks.send("invoice.paid", {"id": 1}, tenant="acme")
+    with pytest.raises(ValidationError, match="its own tenant"):
+        webhooks.replay(message, theirs)
+    webhooks.disable(mine, "maintenance")
+    with pytest.raises(ValidationError, match="disabled"):
+        webhooks.replay(message, mine)
+    with pytest.raises(ValidationError, match="disabled"):
+        webhooks.send_test(mine)
+    with pytest.raises(ValidationError, match="disabled"):
+        webhooks.recover(mine, since=timezone.now() - timedelta(hours=1))
+    assert Delivery.objects.filter(endpoint=theirs).count() == 0
+
+
+@pytest.mark.parametrize("url", ["https://[::1/x", "https://exa mple.com/", "", 42])
+def test_a_malformed_url_is_a_validation_error(url):
+    with pytest.raises(ValidationError):
+        webhooks.create_endpoint(url)

@@ -369,3 +369,52 @@ def test_a_claimed_batch_shares_its_lookups_and_writes_and_so_do_its_retries(
     assert loader.batches - lookups <= 4, loader.batches - lookups
     assert retry_loader.batches - retry_lookups <= 6, retry_loader.batches - retry_lookups
     assert recorder.batches - writes <= count, recorder.batches - writes
+
+
+def test_one_process_sends_at_most_max_per_endpoint_requests_to_an_endpoint_at_once(
+    receiver, webhook_worker
+):
+    receiver.script("/narrow", Answer(200, delay=0.3))
+    webhooks.create_endpoint(receiver.url("/narrow"))
+    hooks = settings.OUTBOX["WEBHOOKS"] | {"MAX_PER_ENDPOINT": 2}
+    with override_settings(OUTBOX=settings.OUTBOX | {"WEBHOOKS": hooks}):
+        from django_outbox.webhooks import http
+
+        http._per_endpoint.clear()  # slots are sized when first used
+        messages = [webhooks.send("invoice.paid", {"id": n}) for n in range(6)]
+        webhook_worker(concurrency=6)
+        for message in messages:
+            settled(message)
+        http._per_endpoint.clear()
+    requests = receiver.at("/narrow")
+    assert len(requests) == 6
+    most = max(
+        sum(1 for other in requests if other.started <= r.started < other.finished)
+        for r in requests
+    )
+    assert most <= 2, most
+
+
+def test_an_odd_retry_after_header_neither_breaks_a_success_nor_a_retry(receiver, webhook_worker):
+    receiver.script("/odd-ok", Answer(200, headers={"retry-after": "\u00b2"}))
+    receiver.script("/odd-busy", Answer(503, headers={"retry-after": "\u00b2"}), Answer(200))
+    webhooks.create_endpoint(receiver.url("/odd-ok"))
+    webhooks.create_endpoint(receiver.url("/odd-busy"))
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    deliveries = settled(message)
+    assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
+    assert len(receiver.at("/odd-ok")) == 1 and len(receiver.at("/odd-busy")) == 2
+    assert Attempt.objects.count() == 3
+
+
+def test_resending_a_delivered_message_sends_it_again_as_a_new_round(receiver, webhook_worker):
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+    assert webhooks.resend(delivery) is True
+    wait_until(lambda: len(receiver.at("/hook")) == 2, what="the resend to arrive")
+    (delivery,) = settled(message)
+    assert delivery.status == DeliveryStatus.SUCCEEDED and delivery.resent_at is not None
+    assert [a.number for a in attempts_of(delivery)] == [1, 1]  # a new round

@@ -86,9 +86,12 @@ class Delivery(models.Model):
     status = models.CharField(
         max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
     )
+    #: Attempts in the current round (since it was created or last resent).
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_attempt_at = models.DateTimeField(null=True, blank=True)
+    #: When it was last sent again by hand: a new round of attempts, numbered from 1.
+    resent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.jobs.jsonvalues import storable_problem
-from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Message
+from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, Message
+from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.wake.notify import notify_on_commit
 from django_outbox.webhooks import fanout, guard, signing
 
@@ -210,31 +211,50 @@ def enqueue_delivery_jobs(
 
 
 def resend(delivery: Delivery) -> bool:
-    """Try a delivery again now, whatever its status; False if it is already on its way."""
+    """Send a delivery again now, whatever its status, as a new round of attempts (numbered
+    from 1, with the whole retry schedule). Returns False, changing nothing, while it
+    already has a job queued or running (a delivery never has two)."""
     now = timezone.now()
-    with transaction.atomic(using=_using()):
+    using = _using()
+    with transaction.atomic(using=using):
+        if _has_active_job(delivery.pk):
+            return False
         Delivery.objects.filter(pk=delivery.pk).update(
-            status=DeliveryStatus.PENDING, next_attempt_at=now
+            status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=now, resent_at=now
         )
-        queued = enqueue_delivery_jobs(delivery.message_id, now, [delivery.endpoint_id])
+        try:
+            with transaction.atomic(using=using):
+                queued = enqueue_delivery_jobs(delivery.message_id, now, [delivery.endpoint_id])
+        except IntegrityError:  # a concurrent resend queued its job a moment ago
+            return False
     return queued > 0
+
+
+def _has_active_job(delivery_id: int) -> bool:
+    return Job.objects.filter(
+        dedup_key=f"{fanout.DEDUP_PREFIX}{delivery_id}", status__in=ACTIVE_STATUSES
+    ).exists()
 
 
 def recover(endpoint: Endpoint, since: datetime) -> int:
     """Resend every failed delivery to ``endpoint`` created since ``since``; returns how
     many were queued."""
-    now = timezone.now()
-    with transaction.atomic(using=_using()):
-        failed = Delivery.objects.filter(
-            endpoint=endpoint, status=DeliveryStatus.FAILED, created_at__gte=since
-        )
-        messages = list(failed.values_list("message_id", flat=True))
-        failed.update(status=DeliveryStatus.PENDING, next_attempt_at=now)
-        return sum(enqueue_delivery_jobs(m, now, [endpoint.pk]) for m in messages)
+    _deliverable(endpoint)
+    failed = Delivery.objects.filter(
+        endpoint=endpoint, status=DeliveryStatus.FAILED, created_at__gte=since
+    ).order_by("pk")
+    return sum(resend(delivery) for delivery in failed)
 
 
 def replay(message: Message, endpoint: Endpoint) -> Delivery:
-    """Deliver ``message`` to ``endpoint`` (again, or for the first time)."""
+    """Deliver ``message`` to ``endpoint``, again or for the first time. The endpoint must
+    be active and belong to the message's tenant."""
+    _deliverable(endpoint)
+    if endpoint.tenant != message.tenant:
+        raise ValidationError(
+            f"Endpoint {endpoint.pk} belongs to tenant {endpoint.tenant!r}, message "
+            f"{message.uid} to {message.tenant!r}: a message goes to its own tenant only."
+        )
     with transaction.atomic(using=_using()):
         delivery = Delivery.objects.filter(message=message, endpoint=endpoint).first()
         if delivery is None:
@@ -245,8 +265,17 @@ def replay(message: Message, endpoint: Endpoint) -> Delivery:
         return delivery
 
 
+def _deliverable(endpoint: Endpoint) -> None:
+    if not Endpoint.objects.filter(pk=endpoint.pk, active=True).exists():
+        raise ValidationError(
+            f"Endpoint {endpoint.pk} is disabled ({endpoint.disabled_reason or 'by hand'}): "
+            "enable() it first."
+        )
+
+
 def send_test(endpoint: Endpoint, payload: Any = None) -> Message:
     """A ``webhook.test`` event to this endpoint alone, whatever its filter."""
+    _deliverable(endpoint)
     now = timezone.now()
     data = payload if payload is not None else {"endpoint": endpoint.pk, "test": True}
     with transaction.atomic(using=_using()):

@@ -33,7 +33,8 @@ def load(delivery_ids: list[int]) -> list[Loaded | None]:
     """Deliveries with their message and endpoint, and each one's latest attempt."""
     found = Delivery.objects.select_related("message", "endpoint").in_bulk(delivery_ids)
     present = [found[i] for i in dict.fromkeys(delivery_ids) if i in found]
-    keys = [attempts.Key(d.pk, d.created_at) for d in present]
+    # A resend starts a new round: attempts before it do not count.
+    keys = [attempts.Key(d.pk, d.resent_at or d.created_at) for d in present]
     latest = dict(zip([d.pk for d in present], attempts.latest(keys), strict=True))
     return [Loaded(found[i], latest[i]) if i in found else None for i in delivery_ids]
 
@@ -80,7 +81,7 @@ def run(delivery_id: int, retry: bool = False) -> str:
         conf.get().WEBHOOKS.RETRY_SCHEDULE,
         response.status_code,
         final=response.final,
-        retry_after=policy.parse_retry_after(response.headers.get("retry-after"), timezone.now()),
+        retry_after=policy.parse_retry_after(response.retry_after, timezone.now()),
     )
     next_at = None
     if decision.delay is not None:

@@ -107,7 +107,10 @@ def check_url(url: str) -> None:
     if not isinstance(url, str):
         raise ValidationError(f"An endpoint URL must be a string, not {type(url).__name__}.")
     schemes = ["https", "http"] if options.ALLOW_HTTP else ["https"]
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise ValidationError(f"{url!r} is not a valid URL ({exc}).", code="invalid") from None
     if scheme == "http" and not options.ALLOW_HTTP:
         raise ValidationError(
             f"{url!r} uses http://; webhooks need https:// unless "

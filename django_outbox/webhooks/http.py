@@ -38,6 +38,13 @@ class Response:
     final: bool = False
 
     @property
+    def retry_after(self) -> str | None:
+        """The Retry-After header of a failed answer (a success has nothing to retry)."""
+        if self.status_code is None or 200 <= self.status_code < 300:
+            return None
+        return self.headers.get("retry-after")
+
+    @property
     def summary(self) -> str:
         if self.status_code is not None:
             return f"HTTP {self.status_code}"

@@ -70,8 +70,8 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    if value.isascii() and value.isdigit():  # "²".isdigit() is True too
+        return min(float(value), 366 * 24 * 3600.0)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

@@ -1,16 +1,17 @@
-"""Writing a batch of attempt results: one bulk insert of attempts, one update of their
-deliveries, and the endpoints' health (reset on success, counted on failure, disabled when
-gone or failing for too long), in one transaction; then the signals."""
+"""Writing a batch of attempt results: one bulk insert of attempts and one update of their
+deliveries, in one transaction; then the endpoints' health (reset on success, counted on
+failure, disabled when gone or failing for too long); then the signals."""
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -22,6 +23,8 @@ from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint
 from django_outbox.webhooks import signals
 from django_outbox.webhooks.http import Response
 from django_outbox.webhooks.policy import Decision, Verdict
+
+logger = logging.getLogger("django_outbox.webhooks")
 
 #: Longest a finished attempt waits for others to be written with it.
 LINGER_SECONDS = 0.02
@@ -65,7 +68,14 @@ def write(records: list[Record]) -> list[None]:
     with transaction.atomic(using=router.db_for_write(Attempt)):
         Attempt.objects.bulk_create(logged)
         _update_deliveries(records)
+    # The endpoints' health is advice: written after the attempts, one autocommit statement
+    # at a time (no transaction holding several endpoints' locks, so concurrent batches
+    # cannot deadlock), and a failure here is logged, never a reason to send again.
+    try:
         disabled = _update_endpoints(records, now)
+    except DatabaseError as exc:
+        logger.warning("webhooks: could not update the endpoints' failure counts (%s)", exc)
+        disabled = []
     _send_signals(records, logged, disabled)
     return [None] * len(records)
 

@@ -204,6 +204,9 @@ class Worker:
             self._due_unknown = True
         if wake.next_due is not None:
             self._next_claim = min(self._next_claim, _monotonic_at(wake.next_due))
+            # Clocks differ by milliseconds: a look a hair early finds nothing, and must
+            # then ask when the job falls due rather than wait for the stalled check.
+            self._due_unknown = True
 
     def _glance_at_wake_ups(self) -> None:
         """While busy with room to spare, see (without waiting) whether work arrived."""
