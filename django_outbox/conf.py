@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -62,12 +63,9 @@ _WEBHOOK_NUMBER_RULES: dict[str, tuple[type, float, float]] = {
 def webhook_settings_errors(raw: Any) -> list[str]:
     """Every problem with an ``OUTBOX["WEBHOOKS"]`` value, as sentences."""
     where = "OUTBOX['WEBHOOKS']"
+    errors = _shape_errors(raw, where, WebhookSettings.__dataclass_fields__.keys())
     if not isinstance(raw, dict):
-        return [f"{where} must be a dict, not {type(raw).__name__}."]
-    errors = []
-    known = WebhookSettings.__dataclass_fields__.keys()
-    for key in raw.keys() - known:
-        errors.append(f"{where}[{key!r}] is not a known setting (known: {', '.join(known)}).")
+        return errors
     for key, (kind, floor, ceiling) in _WEBHOOK_NUMBER_RULES.items():
         if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling)):
             errors.append(f"{where}[{key!r}] must be {problem}, not {raw[key]!r}.")
@@ -100,6 +98,17 @@ def webhook_settings_errors(raw: Any) -> list[str]:
                         f"{where}['ALLOWED_NETWORKS']: {network!r} is not a network ({exc})."
                     )
     return errors
+
+
+def _shape_errors(raw: Any, where: str, known: Iterable[str]) -> list[str]:
+    """A settings dict must be a dict, and hold only known keys."""
+    if not isinstance(raw, dict):
+        return [f"{where} must be a dict, not {type(raw).__name__}."]
+    names = list(known)
+    return [
+        f"{where}[{key!r}] is not a known setting (known: {', '.join(names)})."
+        for key in sorted(raw.keys() - set(names), key=str)
+    ]
 
 
 def _number_problem(value: Any, kind: type, floor: float, ceiling: float) -> str | None:
@@ -170,12 +179,9 @@ WAKE_MODES = ("auto", "postgres", "redis", "poll")
 
 def settings_errors(raw: Any) -> list[str]:
     """Every problem with an ``OUTBOX`` value, as sentences; empty when it is valid."""
+    errors = _shape_errors(raw, "OUTBOX", OutboxSettings.__dataclass_fields__.keys())
     if not isinstance(raw, dict):
-        return [f"OUTBOX must be a dict, not {type(raw).__name__}."]
-    errors = []
-    known = OutboxSettings.__dataclass_fields__.keys()
-    for key in raw.keys() - known:
-        errors.append(f"OUTBOX[{key!r}] is not a known setting (known: {', '.join(known)}).")
+        return errors
     for key, (kind, floor) in _NUMBER_RULES.items():
         if key not in raw:
             continue
