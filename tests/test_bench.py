@@ -29,3 +29,35 @@ def test_latency_and_idle_run_and_print_a_row_per_mode(capsys):
     assert 0 < p50 <= p95 <= p99 <= worst < 5000
     call_command("outbox_bench", "idle", "--workers", "1", "--seconds", "1", "--modes", "poll")
     assert "statements/s per worker" in capsys.readouterr().out
+
+
+def test_webhooks_delivers_everything_and_prints_each_part(capsys):
+    from django_outbox.models import Delivery, Endpoint, Message
+
+    call_command(
+        "outbox_bench",
+        "webhooks",
+        "--deliveries", "40",
+        "--fan-out", "4",
+        "--processes", "1",
+        "--concurrency", "4",
+        "--retries", "20",
+        "--sizes", "1,3",
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "40 deliveries (4 endpoints per message)" in out
+    assert "40 succeeded, 40 requests received" in out
+    assert "20 deliveries failing once: 40 attempts, 20 retries" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [(row[0], row[1]) for row in rows] == [("1", "5.0"), ("3", "5.0")]
+    # It cleans up after itself.
+    assert not Message.objects.exists() and not Endpoint.objects.exists()
+    assert not Delivery.objects.exists() and not Job.objects.exists()
+
+
+def test_webhooks_refuses_bad_arguments():
+    from django.core.management.base import CommandError
+
+    for bad in (["--sizes", "1,x"], ["--sizes", "0"], ["--parts", "speed"]):
+        with pytest.raises(CommandError):
+            call_command("outbox_bench", "webhooks", *bad)

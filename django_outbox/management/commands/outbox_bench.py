@@ -142,7 +142,7 @@ class Command(BaseCommand):
                 "worker-loop statements per delivery)"
             )
         if "retries" in options["parts"]:
-            r = webhooks.retry_burst(options["retries"], options["concurrency"])
+            r = webhooks.retry_burst(options["retries"], options["concurrency"], options["fan_out"])
             write(
                 f"  retry burst: {r.deliveries:,} deliveries failing once: {r.attempts:,} "
                 f"attempts, {r.retries:,} retries; lookups: {r.first_lookup_batches:,} batches "
