@@ -269,10 +269,12 @@ class Worker:
             if due is not None:
                 # A due job we could not claim is locked by another worker's claim: look
                 # again in a moment, never in a tight loop.
-                soonest = now + min(1.0, self._poll_seconds)
-                at = max(_monotonic_at(due.timestamp()), soonest)
+                at = _monotonic_at(due.timestamp())
+                locked = at <= now  # due already, yet not claimed: someone holds it
+                if locked:
+                    at = now + min(1.0, self._poll_seconds)
                 self._next_claim = min(self._next_claim, at)
-                self._due_unknown = at == soonest  # still locked then? ask again
+                self._due_unknown = locked  # still locked then? ask again
         return len(jobs)
 
     def _collect(self, timeout: float) -> None:

@@ -64,9 +64,17 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        logging.getLogger("django_outbox").setLevel(logging.WARNING)
+        logger = logging.getLogger("django_outbox")
+        previous = logger.level
+        # Quiet workers; for webhooks, retries are the point, so their warnings too.
+        logger.setLevel(logging.ERROR if options["workload"] == "webhooks" else logging.WARNING)
+        try:
+            self.run_workload(options)
+        finally:
+            logger.setLevel(previous)
+
+    def run_workload(self, options: dict[str, Any]) -> None:
         if options["workload"] == "webhooks":
-            logging.getLogger("django_outbox").setLevel(logging.ERROR)  # retries are the point
             return self.webhooks(options)
         if options["workload"] == "latency":
             return self.latency(options)
