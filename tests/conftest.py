@@ -139,21 +139,13 @@ def webhook_worker(transactional_db: None) -> Iterator[Callable[..., Any]]:
     """Start a worker for the webhooks queue on a thread; it stops when the test ends."""
     import threading
 
-    from django.db import connections
+    from django_outbox.worker.process import start_in_thread
 
     started: list[tuple[Worker, threading.Thread]] = []
 
     def start(concurrency: int = 4, queues: list[str] | None = None) -> Worker:
         worker = Worker(queues=queues or ["webhooks"], concurrency=concurrency)
-
-        def run() -> None:
-            try:
-                worker.run()
-            finally:
-                connections.close_all()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
+        thread = start_in_thread(worker)
         assert worker.ready.wait(15), "the worker did not start"
         started.append((worker, thread))
         return worker

@@ -17,7 +17,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -31,6 +31,7 @@ from django_outbox.wake.notify import Coalescer
 from django_outbox.wake.postgres import PostgresWaker, channel_for, listener_params, read_payload
 from django_outbox.wake.redis import key_for
 from django_outbox.worker import Worker
+from django_outbox.worker.process import start_in_thread
 from tests import tasks
 from tests.conftest import wait_until
 from tests.models import Execution
@@ -381,6 +382,7 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from testproject.shop.tasks import send_welcome
 from django_outbox.worker import Worker
+from django_outbox.worker.process import start_in_thread
 send_welcome.enqueue(1)
 Worker(queues=["emails"], burst=True).run()
 print("ok")
@@ -439,17 +441,10 @@ class InProcessWorker:
     def __enter__(self) -> Worker:
         self.settings.enable()
         self.worker = Worker(queues=["slow"], concurrency=1)
-        self.thread = threading.Thread(target=self._run)
-        self.thread.start()
+        self.thread = start_in_thread(self.worker)
         assert self.worker.ready.wait(15), "the worker did not start"
         time.sleep(0.5)  # let it settle into its idle wait
         return self.worker
-
-    def _run(self) -> None:
-        try:
-            self.worker.run()
-        finally:
-            connections.close_all()
 
     def __exit__(self, *exc) -> None:
         self.worker.request_stop("test done")

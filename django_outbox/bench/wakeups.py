@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import override_settings
 
 from django_outbox.models import Job
 from django_outbox.wake import redis_configured
 from django_outbox.worker import Worker
+from django_outbox.worker.process import start_in_thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +58,10 @@ class _Background:
     def __init__(self, count: int, queue: str, settle: float = 1.0) -> None:
         self.settle = settle
         self.workers = [Worker(queues=[queue], concurrency=2) for _ in range(count)]
-        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in self.workers]
-
-    @staticmethod
-    def _run(worker: Worker) -> None:
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
+        self.threads: list[threading.Thread] = []
 
     def __enter__(self) -> _Background:
-        for thread in self.threads:
-            thread.start()
+        self.threads = [start_in_thread(worker) for worker in self.workers]
         for worker in self.workers:
             worker.ready.wait(15)
         time.sleep(self.settle)  # let them settle into their idle wait

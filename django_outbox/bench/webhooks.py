@@ -7,7 +7,6 @@ benchmark allows for itself (ALLOW_HTTP and 127.0.0.1/32) for the length of the 
 from __future__ import annotations
 
 import multiprocessing
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox import conf, webhooks
@@ -24,7 +23,7 @@ from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
 from django_outbox.webhooks import attempts, signing
 from django_outbox.webhooks.delivery import loader, retry_loader
 from django_outbox.worker import Worker
-from django_outbox.worker.process import WorkerOptions, run
+from django_outbox.worker.process import WorkerOptions, run, start_in_thread
 
 BENCH_TENANT = "outbox-bench"
 
@@ -132,9 +131,8 @@ def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBu
             batches_before = loader.batches
             retry_batches_before = retry_loader.batches
             worker = Worker(queues=[conf.get().WEBHOOKS.QUEUE], concurrency=concurrency)
-            thread = threading.Thread(target=_run_and_close, args=(worker,))
             started = time.perf_counter()
-            thread.start()
+            thread = start_in_thread(worker)
             pending = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="pending")
             deadline = time.monotonic() + 600
             while pending.exists() and time.monotonic() < deadline:
@@ -156,13 +154,6 @@ def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBu
     )
     clean()
     return figures
-
-
-def _run_and_close(worker: Worker) -> None:
-    try:
-        worker.run()
-    finally:
-        connections.close_all()
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
+
+from django.db import connections
 
 from django_outbox.worker.loop import Worker
 from django_outbox.worker.shutdown import graceful_signals
@@ -51,6 +54,21 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
         logging.shutdown()
         os._exit(1)
     return 0
+
+
+def start_in_thread(worker: Worker) -> threading.Thread:
+    """Run ``worker`` on a new thread of this process (benchmarks and tests); the thread
+    closes its database connections when the worker stops."""
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name=f"outbox-worker-{worker.id}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _child(options: WorkerOptions, report: Any, parent_pid: int) -> None:
