@@ -43,7 +43,8 @@ def start(fail_first: int = 0) -> ReceiverProcess:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: the caller has threads (workers, their pools), which fork does not copy well.
+    context = multiprocessing.get_context("spawn")
     counts = context.Array("q", 2)  # requests, failed
     process = context.Process(target=_serve, args=(sock, fail_first, counts), daemon=True)
     process.start()
