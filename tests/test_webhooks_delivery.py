@@ -167,6 +167,22 @@ def test_redirects_are_not_followed(receiver, webhook_worker):
     assert receiver.at("/elsewhere") == []
 
 
+def test_a_cookie_one_receiver_sets_is_never_sent_to_the_next(receiver, webhook_worker):
+    # Two tenants' endpoints on one host: what the first one's answer sets must not travel.
+    receiver.script("/a", Answer(headers={"set-cookie": "session=tenant-a; Path=/"}))
+    on_a_host = receiver.url("").replace("127.0.0.1", "localhost")
+    webhooks.create_endpoint(f"{on_a_host}/a", tenant="a")
+    webhooks.create_endpoint(f"{on_a_host}/b", tenant="b")
+    first = webhooks.send("invoice.paid", {"id": 1}, tenant="a")
+    webhook_worker()
+    assert [d.status for d in settled(first)] == [DeliveryStatus.SUCCEEDED]
+    second = webhooks.send("invoice.paid", {"id": 2}, tenant="b")
+    assert [d.status for d in settled(second)] == [DeliveryStatus.SUCCEEDED]
+    (to_b,) = receiver.at("/b")
+    assert "cookie" not in to_b.headers
+    assert attempts_of(settled(first)[0])[0].response_headers["set-cookie"].startswith("session")
+
+
 def test_410_gone_disables_the_endpoint_at_once(receiver, webhook_worker, caught):
     receiver.script("/gone", Answer(410))
     endpoint = webhooks.create_endpoint(receiver.url("/gone"))
@@ -290,6 +306,8 @@ def test_an_attempt_that_succeeded_before_a_crash_is_not_sent_again(receiver, we
         succeeded=True,
         status_code=200,
     )
+    # Its job's run was counted when it was claimed; the rescue queued it again.
+    Job.objects.filter(queue="webhooks").update(attempts=1, worker_ids=["a-dead-worker"])
     webhook_worker()
     (delivery,) = settled(message)
     assert delivery.status == DeliveryStatus.SUCCEEDED

@@ -39,9 +39,17 @@ def load(delivery_ids: list[int]) -> list[Loaded | None]:
     return [Loaded(found[i], latest[i]) if i in found else None for i in delivery_ids]
 
 
+def load_first(delivery_ids: list[int]) -> list[Loaded | None]:
+    """Deliveries on their job's first run: no attempt of this round can exist yet (the
+    claim counts a job's runs, so a run cut short by a crash comes back as a retry), and
+    none is looked up."""
+    found = Delivery.objects.select_related("message", "endpoint").in_bulk(delivery_ids)
+    return [Loaded(found[i], None) if i in found else None for i in delivery_ids]
+
+
 #: First attempts gather until a lull: the deliveries one claim started arrive together.
 loader: Batcher[int, Loaded | None] = Batcher(
-    load,
+    load_first,
     size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
     wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
 )
