@@ -61,10 +61,13 @@ retry_loader: Batcher[int, Loaded | None] = Batcher(
     wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
     lull=None,
 )
+#: Finished attempts gather for the whole linger: answers come back spread out, and a lull
+#: ended their batches at two or three records.
 recorder: Batcher[recording.Record, None] = Batcher(
     recording.write,
     size=lambda: 100,
     wait=lambda: recording.LINGER_SECONDS,
+    lull=None,
 )
 
 

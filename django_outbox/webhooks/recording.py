@@ -117,8 +117,17 @@ def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[En
             gone.add(r.delivery.endpoint_id)
         elif r.decision.verdict in (Verdict.RETRY, Verdict.FAILED):
             failures[r.delivery.endpoint_id] += 1
-    if succeeded:
-        Endpoint.objects.filter(pk__in=succeeded).filter(
+    # Only endpoints that were failing when their deliveries were loaded, a moment ago,
+    # have a count to reset: a success usually costs no statement here. (A failure
+    # recorded by another worker in that moment is reset by the endpoint's next success.)
+    was_failing = {
+        r.delivery.endpoint_id
+        for r in records
+        if r.delivery.endpoint_id in succeeded
+        and (r.delivery.endpoint.failing_since or r.delivery.endpoint.consecutive_failures)
+    }
+    if was_failing:
+        Endpoint.objects.filter(pk__in=was_failing).filter(
             Q(failing_since__isnull=False) | Q(consecutive_failures__gt=0)
         ).update(failing_since=None, consecutive_failures=0)
     disabled: list[tuple[Endpoint, str]] = []
