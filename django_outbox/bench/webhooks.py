@@ -114,7 +114,8 @@ class RetryBurst:
     retries: int
     #: Latest-attempt queries in all (a batch of bounds over 15 minutes apart runs more).
     lookup_queries: int
-    first_lookup_batches: int
+    #: Loads of first attempts (a job's first run looks up no earlier attempt).
+    first_load_batches: int
     retry_lookup_batches: int
     seconds: float
 
@@ -155,7 +156,7 @@ def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBu
         attempts=logged,
         retries=logged - total,
         lookup_queries=attempts.queries - queries_before,
-        first_lookup_batches=loader.batches - batches_before,
+        first_load_batches=loader.batches - batches_before,
         retry_lookup_batches=retry_loader.batches - retry_batches_before,
         seconds=seconds,
     )

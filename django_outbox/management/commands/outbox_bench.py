@@ -153,9 +153,9 @@ class Command(BaseCommand):
             r = webhooks.retry_burst(options["retries"], options["concurrency"], options["fan_out"])
             write(
                 f"  retry burst: {r.deliveries:,} deliveries failing once: {r.attempts:,} "
-                f"attempts, {r.retries:,} retries; lookups: {r.first_lookup_batches:,} batches "
-                f"for first attempts, {r.retry_lookup_batches:,} for retries "
-                f"({r.lookup_queries:,} queries in all): {r.lookups_per_retry:.3f} lookup "
+                f"attempts, {r.retries:,} retries; first attempts loaded in "
+                f"{r.first_load_batches:,} batches (no lookup), retries in "
+                f"{r.retry_lookup_batches:,} batches ({r.lookup_queries:,} lookup queries): {r.lookups_per_retry:.3f} lookup "
                 f"queries per retry ({r.seconds:.1f} s)"
             )
         if "fanout" in options["parts"]:
