@@ -155,8 +155,8 @@ class Command(BaseCommand):
                 f"  retry burst: {r.deliveries:,} deliveries failing once: {r.attempts:,} "
                 f"attempts, {r.retries:,} retries; first attempts loaded in "
                 f"{r.first_load_batches:,} batches (no lookup), retries in "
-                f"{r.retry_lookup_batches:,} batches ({r.lookup_queries:,} lookup queries): {r.lookups_per_retry:.3f} lookup "
-                f"queries per retry ({r.seconds:.1f} s)"
+                f"{r.retry_lookup_batches:,} batches ({r.lookup_queries:,} lookup queries): "
+                f"{r.lookups_per_retry:.3f} lookup queries per retry ({r.seconds:.1f} s)"
             )
         if "fanout" in options["parts"]:
             write(f"  {'endpoints':>10}{'statements/send':>18}{'WAL bytes/send':>18}")
