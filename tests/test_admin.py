@@ -45,3 +45,244 @@ def test_staff_see_webhooks_and_each_deliverys_attempts_but_no_secret(admin_clie
     assert "503" in page
     endpoint_page = admin_client.get(f"/admin/django_outbox/endpoint/{endpoint.pk}/change/")
     assert endpoint.secret not in endpoint_page.content.decode()
+
+
+# --- the admin as a dashboard (issue #5) ---------------------------------------------
+
+from datetime import timedelta  # noqa: E402
+
+from django.contrib.auth.models import Permission, User  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from django_outbox import webhooks  # noqa: E402
+from django_outbox.models import Attempt, Delivery, Job, JobStatus, Worker  # noqa: E402
+
+
+def a_job(status: str = JobStatus.QUEUED, **fields) -> Job:
+    values = {"task_path": "tests.tasks.add", "args": [1, 2], "queue": "default"} | fields
+    return Job.objects.create(status=status, **values)
+
+
+def failed_job(error: str = "ValueError: bad input", **fields) -> Job:
+    now = timezone.now()
+    return a_job(
+        JobStatus.FAILED,
+        attempts=3,
+        max_attempts=3,
+        finished_at=now,
+        last_attempted_at=now - timedelta(seconds=1),
+        errors=[{"exception_class_path": "builtins.ValueError", "traceback": f"Traceback\n{error}"}],
+        **fields,
+    )
+
+
+def act(client, model: str, action: str, pks, follow: bool = True, **extra):
+    return client.post(
+        f"/admin/django_outbox/{model}/",
+        {"action": action, "_selected_action": [str(pk) for pk in pks], **extra},
+        follow=follow,
+    )
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def staff_user(*perms: str) -> User:
+    user = User.objects.create_user("watcher", password="pw", is_staff=True)
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+def test_the_job_list_shows_coloured_statuses_and_the_last_error_line(admin_client):
+    failed_job("KeyError: 'sku'")
+    page = admin_client.get("/admin/django_outbox/job/").content.decode()
+    assert "KeyError: &#x27;sku&#x27;" in page  # the traceback's last line, escaped
+    assert 'class="outbox-status"' in page and "#b42318" in page  # failed in red
+    assert "3/3" in page  # attempts used of allowed
+
+
+def test_payloads_and_tracebacks_are_pretty_printed_and_escaped(admin_client):
+    job = failed_job("RuntimeError: <script>alert(1)</script>", kwargs={"note": "<b>hi</b>"})
+    page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&quot;note&quot;: &quot;&lt;b&gt;hi&lt;/b&gt;&quot;" in page  # indented JSON
+
+
+def test_retry_now_requeues_failed_jobs_and_reports_what_it_left(admin_client):
+    failed = failed_job()
+    running = a_job(JobStatus.RUNNING)
+    response = act(admin_client, "job", "retry_now", [failed.pk, running.pk])
+    failed.refresh_from_db()
+    assert failed.status == JobStatus.QUEUED
+    assert failed.max_attempts == 4  # one more run than it has used
+    assert failed.run_at <= timezone.now() and failed.finished_at is None
+    assert len(failed.errors) == 1  # its history is kept
+    assert Job.objects.get(pk=running.pk).status == JobStatus.RUNNING
+    assert messages_of(response) == [
+        "Jobs queued to run now: 1. 1 left as they were (the action does not apply to them)."
+    ]
+
+
+def test_retry_now_skips_a_job_whose_dedup_key_an_active_job_holds(admin_client):
+    old = failed_job(dedup_key="report-1")
+    a_job(dedup_key="report-1")
+    response = act(admin_client, "job", "retry_now", [old.pk])
+    assert Job.objects.get(pk=old.pk).status == JobStatus.FAILED
+    assert "Jobs queued to run now: 0." in messages_of(response)[0]
+
+
+def test_cancel_cancels_queued_jobs_only(admin_client):
+    queued, running = a_job(), a_job(JobStatus.RUNNING)
+    response = act(admin_client, "job", "cancel", [queued.pk, running.pk])
+    assert Job.objects.get(pk=queued.pk).status == JobStatus.CANCELLED
+    assert Job.objects.get(pk=running.pk).status == JobStatus.RUNNING
+    assert messages_of(response)[0].startswith("Jobs cancelled: 1. 1 left")
+
+
+def test_delete_asks_then_deletes(admin_client):
+    job = a_job()
+    act(admin_client, "job", "delete_selected", [job.pk], post="yes")
+    assert not Job.objects.filter(pk=job.pk).exists()
+
+
+def test_a_staff_user_who_may_only_view_sees_but_cannot_act(client):
+    client.force_login(staff_user("view_job", "view_dashboard"))
+    job = failed_job()
+    page = client.get("/admin/django_outbox/job/")
+    assert page.status_code == 200 and "tests.tasks.add" in page.content.decode()
+    assert "retry_now" not in page.content.decode()  # the action is not offered
+    act(client, "job", "retry_now", [job.pk])
+    assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED  # and not run if posted
+    assert client.get("/admin/django_outbox/dashboard/").status_code == 200
+
+
+def test_a_user_who_is_not_staff_cannot_reach_the_dashboard(client):
+    client.force_login(User.objects.create_user("customer", password="pw"))
+    response = client.get("/admin/django_outbox/dashboard/")
+    assert response.status_code == 302 and "/admin/login/" in response["location"]
+
+
+def test_staff_without_a_permission_for_it_cannot_see_the_dashboard(client):
+    client.force_login(staff_user())
+    assert client.get("/admin/django_outbox/dashboard/").status_code == 403
+
+
+def test_the_dashboard_is_linked_from_the_admin_index_and_the_app(admin_client):
+    for url in ("/admin/", "/admin/django_outbox/"):
+        assert 'href="/admin/django_outbox/dashboard/"' in admin_client.get(url).content.decode()
+
+
+def test_the_dashboard_counts_match_the_database(admin_client):
+    now = timezone.now()
+    for _ in range(3):
+        a_job(run_at=now - timedelta(minutes=2))  # due
+    a_job(run_at=now + timedelta(hours=1))  # scheduled
+    a_job(JobStatus.RUNNING, last_attempted_at=now)
+    failed_job("ZeroDivisionError: division by zero", queue="reports")
+    a_job(JobStatus.SUCCEEDED, finished_at=now, last_attempted_at=now - timedelta(seconds=2))
+    Worker.objects.create(id="w-alive", hostname="web-1", pid=11, queues=["default"], concurrency=4)
+    Worker.objects.create(
+        id="w-dead",
+        hostname="web-2",
+        pid=12,
+        queues=["default"],
+        concurrency=4,
+        heartbeat_at=now - timedelta(minutes=10),
+    )
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    row = page.split('data-queue="default"')[1].split("</tr>")[0]
+    assert 'queued">3<' in row and 'scheduled">1<' in row and 'running">1<' in row
+    reports = page.split('data-queue="reports"')[1].split("</tr>")[0]
+    assert 'failed">1<' in reports
+    assert "2 min" in row  # the oldest due job has waited two minutes
+    assert 'data-total="2"' in page  # one succeeded and one failed this hour, in the chart
+    assert "ZeroDivisionError: division by zero" in page  # among the latest failures
+    assert "web-1" in page and "web-2" in page and "dead (no heartbeat)" in page
+    partial = admin_client.get("/admin/django_outbox/dashboard/?partial=1").content.decode()
+    assert 'data-queue="default"' in partial and "<html" not in partial
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboard_shows_each_endpoints_health(admin_client):
+    healthy = webhooks.create_endpoint("https://ok.example.com/in")
+    failing = webhooks.create_endpoint("https://down.example.com/in")
+    message = webhooks.send("invoice.paid", {"id": 1})
+    now = timezone.now()
+    for delivery in Delivery.objects.filter(message=message):
+        ok = delivery.endpoint_id == healthy.pk
+        for number in (1, 2):
+            Attempt.objects.create(
+                delivery=delivery,
+                number=number,
+                started_at=now - timedelta(minutes=number),
+                duration=0.1,
+                succeeded=ok or number == 1,
+                status_code=200 if ok or number == 1 else 500,
+            )
+    webhooks.disable(failing, "answered 500 for days")
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    section = page.split('id="outbox-endpoints"')[1]
+    down = section.split("down.example.com")[1].split("</tr>")[0]
+    assert "50 %" in down and "disabled: answered 500 for days" in down
+    assert "100 %" in section.split("ok.example.com")[1].split("</tr>")[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_endpoint_actions_disable_enable_rotate_and_test(admin_client):
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
+    old_secret = endpoint.secret
+    act(admin_client, "endpoint", "disable", [endpoint.pk])
+    endpoint.refresh_from_db()
+    assert not endpoint.active and "disabled in the admin by admin" in endpoint.disabled_reason
+    response = act(admin_client, "endpoint", "send_test_event", [endpoint.pk])
+    assert "1 disabled endpoints were skipped" in messages_of(response)[0]
+    act(admin_client, "endpoint", "enable", [endpoint.pk])
+    response = act(admin_client, "endpoint", "send_test_event", [endpoint.pk])
+    assert messages_of(response) == ["Test events queued: 1."]
+    assert Delivery.objects.filter(endpoint=endpoint, message__event_type="webhook.test").exists()
+    response = act(admin_client, "endpoint", "rotate_secret", [endpoint.pk])
+    endpoint.refresh_from_db()
+    assert endpoint.secret != old_secret and endpoint.previous_secret == old_secret
+    assert endpoint.secret in messages_of(response)[0]  # shown once, here
+    page = admin_client.get(f"/admin/django_outbox/endpoint/{endpoint.pk}/change/")
+    assert endpoint.secret not in page.content.decode()
+    assert old_secret not in page.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recover_asks_since_when_then_resends_the_failed_deliveries(admin_client):
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
+    message = webhooks.send("invoice.paid", {"id": 1})
+    delivery = message.deliveries.get()
+    Job.objects.filter(queue="webhooks").update(status=JobStatus.FAILED)
+    Delivery.objects.filter(pk=delivery.pk).update(status="failed", attempts=8)
+    form = act(admin_client, "endpoint", "recover", [endpoint.pk], follow=False)
+    assert form.status_code == 200 and 'name="since"' in form.content.decode()
+    since = (timezone.localtime() - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    response = act(admin_client, "endpoint", "recover", [endpoint.pk], since=since)
+    assert messages_of(response) == ["Failed deliveries queued again: 1."]
+    delivery.refresh_from_db()
+    assert delivery.status == "pending" and delivery.attempts == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_resend_and_replay_queue_deliveries_again(admin_client):
+    webhooks.create_endpoint("https://a.example.com/in")
+    webhooks.create_endpoint("https://b.example.com/in")
+    message = webhooks.send("invoice.paid", {"id": 1})
+    first, second = message.deliveries.order_by("pk")
+    # While their first jobs are queued, a resend changes nothing, and says so.
+    response = act(admin_client, "delivery", "resend", [first.pk])
+    assert "1 were being delivered already" in messages_of(response)[0]
+    Job.objects.filter(queue="webhooks").update(status=JobStatus.SUCCEEDED)
+    Delivery.objects.update(status="succeeded", attempts=1)
+    response = act(admin_client, "delivery", "resend", [first.pk])
+    assert messages_of(response) == ["Deliveries queued again: 1."]
+    response = act(admin_client, "message", "replay", [message.pk])
+    assert messages_of(response)[0].startswith("Deliveries queued again: 1. 1 were being")
+    assert {d.status for d in message.deliveries.all()} == {"pending"}
+    page = admin_client.get(f"/admin/django_outbox/message/{message.pk}/change/").content.decode()
+    assert f"/admin/django_outbox/delivery/{second.pk}/change/" in page  # linked

@@ -1,8 +1,9 @@
-from django_outbox.models.jobs import Job, JobStatus, Worker
+from django_outbox.models.jobs import Dashboard, Job, JobStatus, Worker
 from django_outbox.models.webhooks import Attempt, Delivery, DeliveryStatus, Endpoint, Message
 
 __all__ = [
     "Attempt",
+    "Dashboard",
     "Delivery",
     "DeliveryStatus",
     "Endpoint",

@@ -94,6 +94,19 @@ class Job(models.Model):
                 name="outbox_job_claim",
                 condition=Q(status=JobStatus.QUEUED),
             ),
+            # The dashboard's throughput and timings read recent finished rows; pruning
+            # reads old ones.
+            models.Index(
+                fields=["finished_at"],
+                name="outbox_job_finished",
+                condition=Q(finished_at__isnull=False),
+            ),
+            # The dashboard's latest failures and failure counts.
+            models.Index(
+                fields=["finished_at"],
+                name="outbox_job_failed",
+                condition=Q(status=JobStatus.FAILED),
+            ),
             # Heartbeats and rescue read the leases of running rows only.
             models.Index(
                 fields=["lease_until"],
@@ -130,3 +143,13 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class Dashboard(Job):
+    """No table of its own: gives the admin's dashboard its place and its URL
+    (``/admin/django_outbox/dashboard/``) and a "view" permission to grant."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"

@@ -137,6 +137,8 @@ class Attempt(models.Model):
         indexes = [
             # The latest-attempt lookup: per delivery, newest first, within a time bound.
             models.Index(fields=["delivery", "started_at"], name="outbox_attempt_latest"),
+            # The dashboard's endpoint health (the last 24 h); pruning the log by age.
+            models.Index(fields=["started_at"], name="outbox_attempt_started"),
         ]
 
     def __str__(self) -> str:

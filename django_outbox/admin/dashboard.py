@@ -1,0 +1,124 @@
+"""The dashboard page, at ``/admin/django_outbox/dashboard/`` inside the admin site.
+
+It is the change list of a proxy model (``Dashboard``), so the admin lists it in the
+app's section and on the index, puts it under its own URLs and login, and gives it a
+permission to grant ("Can view dashboard"; superusers and users who may view jobs see it
+too). The page fetches its own ``?partial=1`` every 5 seconds and swaps the numbers in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from django_outbox.admin import display, overview
+from django_outbox.models import Dashboard
+
+CHART_WIDTH, CHART_HEIGHT, BAR = 600, 120, 10
+
+
+def chart(minutes: list[overview.Minute]) -> SafeString:
+    """Jobs finished per minute, succeeded (green) stacked under failed (red), as SVG."""
+    peak = max([m.succeeded + m.failed for m in minutes] + [1])
+    scale = (CHART_HEIGHT - 14) / peak
+    bars = []
+    for index, minute in enumerate(minutes):
+        x = index * BAR
+        ok, bad = minute.succeeded * scale, minute.failed * scale
+        title = f"{minute.at:%H:%M}: {minute.succeeded} succeeded, {minute.failed} failed"
+        bars.append((x, CHART_HEIGHT - ok, ok, "#1b7f3b", title))
+        bars.append((x, CHART_HEIGHT - ok - bad, bad, "#b42318", title))
+    rects = format_html_join(
+        "",
+        '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+        (
+            (x, f"{y:.1f}", BAR - 2, f"{height:.1f}", colour, title)
+            for x, y, height, colour, title in bars
+            if height > 0
+        ),
+    )
+    return format_html(
+        '<svg class="outbox-chart" role="img" aria-label="jobs finished per minute" '
+        'width="{}" height="{}" viewBox="0 0 {} {}" data-peak="{}" '
+        'data-total="{}">'
+        '<text x="0" y="10" font-size="10" fill="currentColor">{} / min</text>{}</svg>',
+        CHART_WIDTH,
+        CHART_HEIGHT,
+        CHART_WIDTH,
+        CHART_HEIGHT,
+        peak,
+        sum(m.succeeded + m.failed for m in minutes),
+        peak,
+        rects,
+    )
+
+
+@admin.register(Dashboard)
+class DashboardAdmin(admin.ModelAdmin):
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user = request.user
+        return (
+            user.is_active
+            and user.is_staff
+            and (
+                user.has_perm("django_outbox.view_dashboard")
+                or user.has_perm("django_outbox.view_job")
+            )
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        view = self.admin_site.admin_view(self.changelist_view)
+        info = self.opts.app_label, self.opts.model_name
+        return [path("", view, name=f"{info[0]}_{info[1]}_changelist")]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        data = overview.overview()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Outbox dashboard",
+            "opts": self.opts,
+            "data": data,
+            "chart": chart(data.minutes),
+            "queues": [(line, display.age(line.oldest_due, data.now)) for line in data.queues],
+            "times": {
+                name: display.duration(getattr(data.times, name))
+                for name in ("wait_p50", "wait_p95", "run_p50", "run_p95")
+            },
+            "workers": [
+                (w, display.age(w.heartbeat_at, data.now), overview.is_alive(w, data.now))
+                for w in data.workers
+            ],
+            "endpoints": data.endpoints,
+            "failures": [
+                (job, display.last_error_line(job.errors), display.age(job.finished_at, data.now))
+                for job in data.failures
+            ],
+        }
+        template = (
+            "admin/django_outbox/dashboard_partial.html"
+            if request.GET.get("partial")
+            else "admin/django_outbox/dashboard.html"
+        )
+        return TemplateResponse(request, template, context)

@@ -1,0 +1,179 @@
+"""The admin for jobs and workers: lists to watch, and retry / cancel / delete actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from django_outbox.admin import display, overview
+from django_outbox.jobs import operations
+from django_outbox.models import Job, Worker
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows are written by the engine, never edited by hand: actions change them."""
+
+    show_full_result_count = False  # no COUNT(*) of a large table on every page
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def can_change(self, request: HttpRequest) -> bool:
+        """What the actions check: the model's real change permission."""
+        meta = self.model._meta
+        return request.user.has_perm(f"{meta.app_label}.change_{meta.model_name}")
+
+    def has_act_permission(self, request: HttpRequest) -> bool:
+        return self.can_change(request)
+
+
+def report(admin_: admin.ModelAdmin, request: HttpRequest, what: str, changed: Any) -> None:
+    """One message per action: how many rows it changed, and how many it left alone."""
+    text = f"{what}: {changed.done}."
+    if changed.skipped:
+        text += f" {changed.skipped} left as they were (the action does not apply to them)."
+    level = messages.SUCCESS if changed.done else messages.WARNING
+    admin_.message_user(request, text, level)
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "task_path",
+        "queue",
+        "coloured_status",
+        "attempts_used",
+        "priority",
+        "enqueued",
+        "run_at",
+        "last_error",
+    ]
+    list_filter = ["status", "queue", "task_path", "backend", "enqueued_at"]
+    search_fields = ["=id", "task_path", "dedup_key"]
+    date_hierarchy = "enqueued_at"
+    ordering = ["-id"]
+    actions = ["retry_now", "cancel", "delete_selected"]
+    readonly_fields = ["pretty_args", "pretty_kwargs", "pretty_return_value", "error_history"]
+    fieldsets = [
+        (None, {"fields": ["task_path", "backend", "queue", "status", "priority", "dedup_key"]}),
+        (
+            "Arguments and result",
+            {"fields": ["pretty_args", "pretty_kwargs", "pretty_return_value"]},
+        ),
+        (
+            "Runs",
+            {
+                "fields": [
+                    "attempts",
+                    "max_attempts",
+                    "timeout",
+                    "run_at",
+                    "enqueued_at",
+                    "started_at",
+                    "last_attempted_at",
+                    "finished_at",
+                    "worker_id",
+                    "lease_until",
+                    "worker_ids",
+                    "error_history",
+                ]
+            },
+        ),
+    ]
+
+    @admin.display(description="status", ordering="status")
+    def coloured_status(self, job: Job) -> SafeString:
+        return display.status_badge(job.status)
+
+    @admin.display(description="attempts")
+    def attempts_used(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="age", ordering="enqueued_at")
+    def enqueued(self, job: Job) -> str:
+        return display.age(job.enqueued_at)
+
+    @admin.display(description="last error")
+    def last_error(self, job: Job) -> str:
+        return display.last_error_line(job.errors)
+
+    @admin.display(description="args")
+    def pretty_args(self, job: Job) -> SafeString:
+        return display.pretty_json(job.args)
+
+    @admin.display(description="kwargs")
+    def pretty_kwargs(self, job: Job) -> SafeString:
+        return display.pretty_json(job.kwargs)
+
+    @admin.display(description="return value")
+    def pretty_return_value(self, job: Job) -> SafeString:
+        return display.pretty_json(job.return_value)
+
+    @admin.display(description="errors, one per failed run")
+    def error_history(self, job: Job) -> SafeString:
+        if not job.errors:
+            return format_html("{}", "none")
+        return format_html_join(
+            "",
+            "<p><b>{}</b></p>{}",
+            (
+                (
+                    f"Run {number}: {error.get('exception_class_path', '')}",
+                    display.preformatted(str(error.get("traceback", ""))),
+                )
+                for number, error in enumerate(job.errors, start=1)
+            ),
+        )
+
+    @admin.action(description="Retry now (queued, failed or cancelled jobs)", permissions=["act"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "Jobs queued to run now", operations.retry_now(queryset))
+
+    @admin.action(description="Cancel (queued jobs)", permissions=["act"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "Jobs cancelled", operations.cancel(queryset))
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "hostname",
+        "pid",
+        "queue_names",
+        "concurrency",
+        "heartbeat",
+        "state",
+        "started_at",
+        "stopped_at",
+    ]
+    list_filter = ["hostname", "stopped_at"]
+    search_fields = ["id", "hostname"]
+    ordering = ["-started_at"]
+    actions: list[str] = []
+
+    @admin.display(description="queues")
+    def queue_names(self, worker: Worker) -> str:
+        return ", ".join(worker.queues)
+
+    @admin.display(description="heartbeat", ordering="heartbeat_at")
+    def heartbeat(self, worker: Worker) -> str:
+        return f"{display.age(worker.heartbeat_at)} ago"
+
+    @admin.display(description="state")
+    def state(self, worker: Worker) -> SafeString:
+        if worker.stopped_at is not None:
+            return display.status_badge("cancelled", "stopped")
+        if overview.is_alive(worker, timezone.now()):
+            return display.status_badge("succeeded", "alive")
+        return display.status_badge("failed", "silent")

@@ -1,0 +1,211 @@
+"""What the dashboard shows, read with bounded queries.
+
+Every query is limited by a time window or by an index over live rows only, so the page
+costs the same with a thousand jobs or a million:
+
+- queue counts read the active rows (queued, running) through their partial indexes,
+  and failures of the last 24 h through the partial index on failed rows;
+- throughput reads the jobs finished in the last 60 minutes (index on finished_at);
+- wait and run times come from the latest ``SAMPLE`` jobs finished in the last hour;
+- webhook health reads the attempts of the last 24 h (index on started_at).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from statistics import quantiles
+
+from django.db.models import Count, Min, Q
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from django_outbox import conf
+from django_outbox.models import Attempt, Endpoint, Job, JobStatus, Worker
+
+#: Jobs read for the wait and run time percentiles.
+SAMPLE = 5000
+#: The failures listed.
+RECENT_FAILURES = 20
+
+
+@dataclass
+class QueueLine:
+    queue: str
+    queued: int = 0
+    scheduled: int = 0
+    running: int = 0
+    failed_24h: int = 0
+    oldest_due: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Minute:
+    at: datetime
+    succeeded: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    jobs: int
+    wait_p50: float | None
+    wait_p95: float | None
+    run_p50: float | None
+    run_p95: float | None
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    endpoint: Endpoint
+    attempts_24h: int
+    succeeded_24h: int
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.succeeded_24h / self.attempts_24h if self.attempts_24h else None
+
+
+@dataclass
+class Overview:
+    now: datetime
+    queues: list[QueueLine] = field(default_factory=list)
+    minutes: list[Minute] = field(default_factory=list)
+    times: Percentiles | None = None
+    workers: list[Worker] = field(default_factory=list)
+    endpoints: list[EndpointHealth] = field(default_factory=list)
+    failures: list[Job] = field(default_factory=list)
+
+
+def overview(now: datetime | None = None) -> Overview:
+    now = now or timezone.now()
+    return Overview(
+        now=now,
+        queues=queue_lines(now),
+        minutes=throughput(now),
+        times=times(now),
+        workers=workers(now),
+        endpoints=endpoint_health(now),
+        failures=list(
+            Job.objects.filter(status=JobStatus.FAILED, finished_at__isnull=False)
+            .order_by("-finished_at")
+            .only("id", "task_path", "queue", "finished_at", "errors")[:RECENT_FAILURES]
+        ),
+    )
+
+
+def queue_lines(now: datetime) -> list[QueueLine]:
+    lines: dict[str, QueueLine] = {}
+
+    def line(queue: str) -> QueueLine:
+        return lines.setdefault(queue, QueueLine(queue))
+
+    active = (
+        Job.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
+        .values("queue", "status")
+        .annotate(
+            total=Count("id"),
+            due=Count("id", filter=Q(run_at__lte=now)),
+            oldest=Min("run_at", filter=Q(run_at__lte=now)),
+        )
+    )
+    for row in active:
+        entry = line(row["queue"])
+        if row["status"] == JobStatus.RUNNING:
+            entry.running = row["total"]
+        else:
+            entry.queued, entry.scheduled = row["due"], row["total"] - row["due"]
+            entry.oldest_due = row["oldest"]
+    failed_counts = (
+        Job.objects.filter(status=JobStatus.FAILED, finished_at__gte=now - timedelta(hours=24))
+        .values("queue")
+        .annotate(total=Count("id"))
+    )
+    for failed in failed_counts:
+        line(failed["queue"]).failed_24h = failed["total"]
+    return sorted(lines.values(), key=lambda entry: entry.queue)
+
+
+def throughput(now: datetime) -> list[Minute]:
+    """Jobs finished in each of the last 60 minutes, oldest first."""
+    start = (now - timedelta(minutes=59)).replace(second=0, microsecond=0)
+    rows = (
+        Job.objects.filter(finished_at__gte=start)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute", "status")
+        .annotate(total=Count("id"))
+    )
+    counts: dict[tuple[datetime, str], int] = {}
+    for row in rows:
+        counts[(row["minute"], row["status"])] = row["total"]
+    minutes = []
+    for offset in range(60):
+        at = start + timedelta(minutes=offset)
+        minutes.append(
+            Minute(
+                at,
+                counts.get((at, JobStatus.SUCCEEDED), 0),
+                counts.get((at, JobStatus.FAILED), 0),
+            )
+        )
+    return minutes
+
+
+def times(now: datetime) -> Percentiles:
+    """Wait (due to picked up) and run (picked up to finished) times, p50 and p95, of the
+    latest SAMPLE jobs finished in the last hour."""
+    rows = list(
+        Job.objects.filter(finished_at__gte=now - timedelta(hours=1))
+        .exclude(last_attempted_at=None)
+        .order_by("-finished_at")
+        .values_list("run_at", "last_attempted_at", "finished_at")[:SAMPLE]
+    )
+    waits, runs = [], []
+    for due, picked, done in rows:
+        if picked is not None and done is not None:
+            waits.append(max(0.0, (picked - due).total_seconds()))
+            runs.append(max(0.0, (done - picked).total_seconds()))
+    wait_p50, wait_p95 = _p50_p95(waits)
+    run_p50, run_p95 = _p50_p95(runs)
+    return Percentiles(len(rows), wait_p50, wait_p95, run_p50, run_p95)
+
+
+def _p50_p95(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    if len(values) == 1:
+        return values[0], values[0]
+    cuts = quantiles(values, n=100, method="inclusive")
+    return cuts[49], cuts[94]
+
+
+def workers(now: datetime) -> list[Worker]:
+    """Running workers, and those that went silent in the last 24 h (flagged dead)."""
+    return list(
+        Worker.objects.filter(
+            stopped_at=None, heartbeat_at__gte=now - timedelta(hours=24)
+        ).order_by("hostname", "pid")[:200]
+    )
+
+
+def is_alive(worker: Worker, now: datetime) -> bool:
+    silent = timedelta(seconds=conf.get().LEASE_SECONDS)
+    return worker.stopped_at is None and now - worker.heartbeat_at <= silent
+
+
+def endpoint_health(now: datetime) -> list[EndpointHealth]:
+    """Endpoints that were attempted in the last 24 h, failing, or disabled; worst first."""
+    rows = (
+        Attempt.objects.filter(started_at__gte=now - timedelta(hours=24))
+        .values("delivery__endpoint_id")
+        .annotate(total=Count("id"), ok=Count("id", filter=Q(succeeded=True)))
+    )
+    counts = {row["delivery__endpoint_id"]: (row["total"], row["ok"]) for row in rows}
+    shown = Endpoint.objects.filter(
+        Q(pk__in=list(counts)) | Q(active=False) | Q(consecutive_failures__gt=0)
+    ).order_by("active", "-consecutive_failures", "pk")[:100]
+    health = [EndpointHealth(e, *counts.get(e.pk, (0, 0))) for e in shown]
+    health.sort(
+        key=lambda h: (h.endpoint.active, h.success_rate if h.success_rate is not None else 1.0)
+    )
+    return health

@@ -1,0 +1,341 @@
+"""The admin for webhooks: endpoints, messages, deliveries and the attempt log, linked to
+each other, with the operations of ``django_outbox.webhooks`` as actions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_outbox import webhooks
+from django_outbox.admin import display
+from django_outbox.admin.jobs import ReadOnlyAdmin
+from django_outbox.models import Attempt, Delivery, Endpoint, Message
+
+
+def link(obj: Any, text: Any = None) -> SafeString:
+    """A link to ``obj``'s page in the admin."""
+    meta = obj._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
+
+
+def list_link(model: Any, text: str, **filters: Any) -> SafeString:
+    """A link to ``model``'s list, filtered."""
+    meta = model._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+    query = "&".join(f"{name}={value}" for name, value in filters.items())
+    return format_html('<a href="{}?{}">{}</a>', url, query, text)
+
+
+class RecoverForm(forms.Form):
+    since = forms.DateTimeField(
+        label="Resend the failed deliveries created since",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"],
+    )
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "url",
+        "tenant",
+        "state",
+        "event_type_patterns",
+        "consecutive_failures",
+        "failing_since",
+        "created_at",
+    ]
+    list_filter = ["active", "tenant", "created_at"]
+    search_fields = ["url", "tenant", "description"]
+    ordering = ["-id"]
+    # The secrets are shown once, when created or rotated: here only masked.
+    exclude = ["secret", "previous_secret"]
+    readonly_fields = ["masked_secret", "masked_previous_secret", "deliveries"]
+    actions = ["enable", "disable", "rotate_secret", "send_test_event", "recover"]
+
+    @admin.display(description="state", ordering="active")
+    def state(self, endpoint: Endpoint) -> SafeString:
+        if endpoint.active:
+            return display.status_badge("succeeded", "active")
+        return display.status_badge("failed", f"disabled: {endpoint.disabled_reason}")
+
+    @admin.display(description="event types")
+    def event_type_patterns(self, endpoint: Endpoint) -> str:
+        return ", ".join(endpoint.event_types) or "all"
+
+    @admin.display(description="secret")
+    def masked_secret(self, endpoint: Endpoint) -> str:
+        return display.masked(endpoint.secret)
+
+    @admin.display(description="previous secret")
+    def masked_previous_secret(self, endpoint: Endpoint) -> str:
+        return display.masked(endpoint.previous_secret)
+
+    @admin.display(description="deliveries")
+    def deliveries(self, endpoint: Endpoint) -> SafeString:
+        return list_link(Delivery, "this endpoint's deliveries", endpoint__id__exact=endpoint.pk)
+
+    @admin.action(description="Enable", permissions=["act"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
+        endpoints = list(queryset)
+        for endpoint in endpoints:
+            webhooks.enable(endpoint)
+        self.message_user(request, f"Endpoints enabled: {len(endpoints)}.", messages.SUCCESS)
+
+    @admin.action(description="Disable", permissions=["act"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
+        endpoints = list(queryset)
+        reason = f"disabled in the admin by {request.user}"
+        for endpoint in endpoints:
+            webhooks.disable(endpoint, reason)
+        self.message_user(request, f"Endpoints disabled: {len(endpoints)}.", messages.SUCCESS)
+
+    @admin.action(description="Rotate the signing secret", permissions=["act"])
+    def rotate_secret(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
+        for endpoint in queryset:
+            secret = webhooks.rotate_secret(endpoint)
+            self.message_user(
+                request,
+                f"New secret of {endpoint.url} (shown once; the previous one signs too "
+                f"until its grace period ends): {secret}",
+                messages.SUCCESS,
+            )
+
+    @admin.action(description="Send a test event", permissions=["act"])
+    def send_test_event(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
+        sent = refused = 0
+        for endpoint in queryset:
+            try:
+                webhooks.send_test(endpoint)
+                sent += 1
+            except ValidationError:
+                refused += 1  # disabled
+        text = f"Test events queued: {sent}."
+        if refused:
+            text += f" {refused} disabled endpoints were skipped."
+        self.message_user(request, text, messages.SUCCESS if sent else messages.WARNING)
+
+    @admin.action(description="Resend failed deliveries since a time…", permissions=["act"])
+    def recover(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> HttpResponse | None:
+        form = RecoverForm(request.POST if "since" in request.POST else None)
+        if form.is_valid():
+            since = form.cleaned_data["since"]
+            queued = skipped = 0
+            for endpoint in queryset:
+                try:
+                    queued += webhooks.recover(endpoint, since)
+                except ValidationError:
+                    skipped += 1
+            text = f"Failed deliveries queued again: {queued}."
+            if skipped:
+                text += f" {skipped} disabled endpoints were skipped."
+            self.message_user(request, text, messages.SUCCESS)
+            return None
+        if "since" not in request.POST:
+            form = RecoverForm(initial={"since": timezone.localtime() - timedelta(days=1)})
+        return TemplateResponse(
+            request,
+            "admin/django_outbox/recover.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Resend failed deliveries",
+                "opts": self.model._meta,
+                "endpoints": queryset,
+                "form": form,
+                "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            },
+        )
+
+
+class DeliveryInline(admin.TabularInline):
+    model = Delivery
+    readonly_fields = [
+        "delivery",
+        "endpoint",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_attempt_at",
+    ]
+    fields = tuple(readonly_fields)
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    @admin.display(description="delivery")
+    def delivery(self, delivery: Delivery) -> SafeString:
+        return link(delivery, f"#{delivery.pk}")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "uid", "event_type", "tenant", "idempotency_key", "created_at", "sent"]
+    list_filter = ["event_type", "tenant", "created_at"]
+    search_fields = ["=uid", "event_type", "=idempotency_key", "tenant"]
+    date_hierarchy = "created_at"
+    ordering = ["-id"]
+    exclude = ["body"]
+    readonly_fields = ["payload"]
+    inlines = [DeliveryInline]
+    actions = ["replay"]
+
+    @admin.display(description="deliveries")
+    def sent(self, message: Message) -> SafeString:
+        return list_link(Delivery, "deliveries", message__id__exact=message.pk)
+
+    @admin.display(description="body (as sent and signed)")
+    def payload(self, message: Message) -> SafeString:
+        return display.pretty_json(message.body)
+
+    @admin.action(description="Replay to all its endpoints", permissions=["act"])
+    def replay(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
+        queued = busy = 0
+        deliveries = Delivery.objects.filter(message__in=queryset).select_related("endpoint")
+        for delivery in deliveries:
+            if webhooks.resend(delivery):
+                queued += 1
+            else:
+                busy += 1
+        text = f"Deliveries queued again: {queued}."
+        if busy:
+            text += f" {busy} were being delivered already and were left as they were."
+        self.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    readonly_fields = ["attempt", "started_at", "duration", "status_code", "error_class", "error"]
+    fields = tuple(readonly_fields)
+    extra = 0
+    can_delete = False
+    ordering = ["started_at", "number"]
+
+    @admin.display(description="attempt")
+    def attempt(self, attempt: Attempt) -> SafeString:
+        return link(attempt, attempt.number)
+
+    @admin.display(description="error")
+    def error(self, attempt: Attempt) -> str:
+        return display.first_line(attempt.error_message)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "message_link",
+        "endpoint_link",
+        "coloured_status",
+        "attempts",
+        "next_attempt_at",
+        "last_attempt_at",
+        "created_at",
+    ]
+    list_filter = [
+        "status",
+        ("endpoint", admin.RelatedOnlyFieldListFilter),
+        "message__tenant",
+        "created_at",
+    ]
+    list_select_related = ["message", "endpoint"]
+    search_fields = ["=message__uid", "message__event_type", "=message__idempotency_key"]
+    ordering = ["-id"]
+    readonly_fields = ["message_link", "endpoint_link"]
+    exclude = ["message", "endpoint"]
+    inlines = [AttemptInline]
+    actions = ["resend"]
+
+    @admin.display(description="message", ordering="message")
+    def message_link(self, delivery: Delivery) -> SafeString:
+        return link(delivery.message, f"{delivery.message.event_type} ({delivery.message.uid})")
+
+    @admin.display(description="endpoint", ordering="endpoint")
+    def endpoint_link(self, delivery: Delivery) -> SafeString:
+        return link(delivery.endpoint, delivery.endpoint.url)
+
+    @admin.display(description="status", ordering="status")
+    def coloured_status(self, delivery: Delivery) -> SafeString:
+        return display.status_badge(delivery.status)
+
+    @admin.action(description="Resend now (a new round of attempts)", permissions=["act"])
+    def resend(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
+        queued = busy = 0
+        for delivery in queryset:
+            if webhooks.resend(delivery):
+                queued += 1
+            else:
+                busy += 1
+        text = f"Deliveries queued again: {queued}."
+        if busy:
+            text += f" {busy} were being delivered already and were left as they were."
+        self.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "delivery_link",
+        "number",
+        "started_at",
+        "took",
+        "outcome",
+        "error",
+    ]
+    list_filter = ["succeeded", "status_code", "started_at"]
+    list_select_related = ["delivery"]
+    ordering = ["-id"]
+    exclude = ["delivery", "response_headers", "response_body"]
+    readonly_fields = ["delivery_link", "headers", "body"]
+    actions: list[str] = []
+
+    @admin.display(description="delivery", ordering="delivery")
+    def delivery_link(self, attempt: Attempt) -> SafeString:
+        return link(attempt.delivery, f"#{attempt.delivery_id}")
+
+    @admin.display(description="took", ordering="duration")
+    def took(self, attempt: Attempt) -> str:
+        return display.duration(attempt.duration)
+
+    @admin.display(description="outcome", ordering="status_code")
+    def outcome(self, attempt: Attempt) -> SafeString:
+        label = str(attempt.status_code) if attempt.status_code else attempt.error_class
+        return display.status_badge("succeeded" if attempt.succeeded else "failed", label)
+
+    @admin.display(description="error")
+    def error(self, attempt: Attempt) -> str:
+        return display.first_line(attempt.error_message)
+
+    @admin.display(description="response headers")
+    def headers(self, attempt: Attempt) -> SafeString:
+        return display.pretty_json(attempt.response_headers)
+
+    @admin.display(description="response body (first 4 KiB)")
+    def body(self, attempt: Attempt) -> SafeString:
+        return display.preformatted(attempt.response_body)
