@@ -1,5 +1,11 @@
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from django_outbox import webhooks
+from django_outbox.models import Attempt, Delivery, Job, JobStatus, Worker
 from tests import tasks
 
 pytestmark = pytest.mark.django_db
@@ -47,17 +53,6 @@ def test_staff_see_webhooks_and_each_deliverys_attempts_but_no_secret(admin_clie
     assert endpoint.secret not in endpoint_page.content.decode()
 
 
-# --- the admin as a dashboard (issue #5) ---------------------------------------------
-
-from datetime import timedelta  # noqa: E402
-
-from django.contrib.auth.models import Permission, User  # noqa: E402
-from django.utils import timezone  # noqa: E402
-
-from django_outbox import webhooks  # noqa: E402
-from django_outbox.models import Attempt, Delivery, Job, JobStatus, Worker  # noqa: E402
-
-
 def a_job(status: str = JobStatus.QUEUED, **fields) -> Job:
     values = {"task_path": "tests.tasks.add", "args": [1, 2], "queue": "default"} | fields
     return Job.objects.create(status=status, **values)
@@ -71,7 +66,7 @@ def failed_job(error: str = "ValueError: bad input", **fields) -> Job:
         max_attempts=3,
         finished_at=now,
         last_attempted_at=now - timedelta(seconds=1),
-        errors=[{"exception_class_path": "builtins.ValueError", "traceback": f"Traceback\n{error}"}],
+        errors=[{"exception_class_path": "builtins.ValueError", "traceback": f"Tb\n{error}"}],
         **fields,
     )
 
