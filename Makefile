@@ -23,6 +23,9 @@ demo: $(PY) ## Run the demo on SQLite: enqueue jobs, run the worker, serve the a
 test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL when reachable (ARGS for pytest).
 	VENV_PYTHON=$(PY) scripts/test.sh $(ARGS)
 
+screenshots: $(PY) ## Retake the admin screenshots in docs/img/ (headless Chromium).
+	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_admin_browser.py
+
 lint: $(PY) ## ruff and mypy (with django-stubs).
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -35,4 +38,4 @@ bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for
 clean: ## Remove the venv and the demo's SQLite files.
 	rm -rf $(VENV) db.sqlite3* test-outbox.sqlite3*
 
-.PHONY: help install demo test lint bench clean
+.PHONY: help install demo test lint bench clean screenshots
