@@ -5,7 +5,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.models import Attempt, Delivery, Job, JobStatus, Worker
+from django_outbox.models import Delivery, Job, JobStatus, Worker
 from tests import tasks
 
 pytestmark = pytest.mark.django_db
@@ -200,29 +200,24 @@ def test_the_dashboard_counts_match_the_database(admin_client):
     assert 'data-queue="default"' in partial and "<html" not in partial
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_dashboard_shows_each_endpoints_health(admin_client):
-    healthy = webhooks.create_endpoint("https://ok.example.com/in")
-    failing = webhooks.create_endpoint("https://down.example.com/in")
+def test_the_dashboard_shows_each_endpoints_health(admin_client, receiver, webhook_worker):
+    from tests.receiver import Answer
+    from tests.test_webhooks_delivery import settled
+
+    receiver.script("/down", Answer(500), Answer(200))  # fails once, then recovers
+    healthy = webhooks.create_endpoint(receiver.url("/ok"))
+    shaky = webhooks.create_endpoint(receiver.url("/down"))
     message = webhooks.send("invoice.paid", {"id": 1})
-    now = timezone.now()
-    for delivery in Delivery.objects.filter(message=message):
-        ok = delivery.endpoint_id == healthy.pk
-        for number in (1, 2):
-            Attempt.objects.create(
-                delivery=delivery,
-                number=number,
-                started_at=now - timedelta(minutes=number),
-                duration=0.1,
-                succeeded=ok or number == 1,
-                status_code=200 if ok or number == 1 else 500,
-            )
-    webhooks.disable(failing, "answered 500 for days")
+    webhook_worker()
+    assert {d.status for d in settled(message)} == {"succeeded"}
+    webhooks.disable(shaky, "moved to a new URL")
     page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
     section = page.split('id="outbox-endpoints"')[1]
-    down = section.split("down.example.com")[1].split("</tr>")[0]
-    assert "50 %" in down and "disabled: answered 500 for days" in down
-    assert "100 %" in section.split("ok.example.com")[1].split("</tr>")[0]
+    down = section.split(shaky.url)[1].split("</tr>")[0]
+    assert '"num">2<' in down and "50 %" in down  # two attempts, one succeeded
+    assert "disabled: moved to a new URL" in down
+    ok = section.split(healthy.url)[1].split("</tr>")[0]
+    assert '"num">1<' in ok and "100 %" in ok
 
 
 @pytest.mark.django_db(transaction=True)
@@ -281,3 +276,52 @@ def test_resend_and_replay_queue_deliveries_again(admin_client):
     assert {d.status for d in message.deliveries.all()} == {"pending"}
     page = admin_client.get(f"/admin/django_outbox/message/{message.pk}/change/").content.decode()
     assert f"/admin/django_outbox/delivery/{second.pk}/change/" in page  # linked
+
+
+def test_the_list_filters_offer_live_and_recent_values_and_filter_by_them(admin_client):
+    failed_job(queue="reports")  # finished just now
+    a_job(task_path="tests.tasks.echo", queue="mail")
+    old = failed_job(queue="archive")
+    Job.objects.filter(pk=old.pk).update(finished_at=timezone.now() - timedelta(days=3))
+    page = admin_client.get("/admin/django_outbox/job/").content.decode()
+    assert "?queue=reports" in page and "?queue=mail" in page
+    assert "?queue=archive" not in page  # finished days ago: not read for the choices
+    only_mail = admin_client.get("/admin/django_outbox/job/?queue=mail").context["cl"]
+    assert [job.task_path for job in only_mail.result_list] == ["tests.tasks.echo"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_attempts_filter_by_the_class_of_their_answer(admin_client):
+    webhooks.create_endpoint("https://hooks.example.com/in")
+    delivery = webhooks.send("invoice.paid", {"id": 1}).deliveries.get()
+    now = timezone.now()
+    for number, code in ((1, 503), (2, None), (3, 200)):
+        delivery.attempt_log.create(
+            number=number, started_at=now, duration=0.1, status_code=code, succeeded=code == 200
+        )
+    listed = {}
+    for answer in ("5xx", "none", "2xx"):
+        page = admin_client.get(f"/admin/django_outbox/attempt/?answer={answer}")
+        listed[answer] = [a.number for a in page.context["cl"].result_list]
+    assert listed == {"5xx": [1], "none": [2], "2xx": [3]}
+
+
+def test_an_unfiltered_large_list_is_counted_from_postgresqls_estimate(admin_client, monkeypatch):
+    from django.db import connection
+
+    from django_outbox.admin import lists
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the estimate is PostgreSQL's (SQLite counts: its tables are local)")
+    for _ in range(30):
+        a_job()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_outbox_job")
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'django_outbox_job'")
+        estimate = cursor.fetchone()[0]
+    Job.objects.filter(pk__in=Job.objects.values("pk")[:10]).delete()  # the estimate lags
+    monkeypatch.setattr(lists, "EXACT_BELOW", 1)
+    unfiltered = admin_client.get("/admin/django_outbox/job/").context["cl"]
+    assert unfiltered.result_count == estimate == 30
+    filtered = admin_client.get("/admin/django_outbox/job/?status__exact=queued").context["cl"]
+    assert filtered.result_count == 20  # filtered lists are counted exactly

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_outbox.admin import display, overview
+from django_outbox.admin import display, lists, overview
 from django_outbox.jobs import operations
 from django_outbox.models import Job, Worker
 
@@ -19,7 +19,8 @@ from django_outbox.models import Job, Worker
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows are written by the engine, never edited by hand: actions change them."""
 
-    show_full_result_count = False  # no COUNT(*) of a large table on every page
+    show_full_result_count = False  # no second COUNT(*) of a large table on every page
+    paginator = lists.EstimatedCountPaginator
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -58,9 +59,9 @@ class JobAdmin(ReadOnlyAdmin):
         "run_at",
         "last_error",
     ]
-    list_filter = ["status", "queue", "task_path", "backend", "enqueued_at"]
-    search_fields = ["=id", "task_path", "dedup_key"]
-    date_hierarchy = "enqueued_at"
+    # Dates by Django's date filters, not a date hierarchy: see admin/lists.py.
+    list_filter = ["status", lists.QueueFilter, lists.TaskFilter, "enqueued_at", "finished_at"]
+    search_fields = ["=id", "task_path", "=dedup_key"]
     ordering = ["-id"]
     actions = ["retry_now", "cancel", "delete_selected"]
     readonly_fields = ["pretty_args", "pretty_kwargs", "pretty_return_value", "error_history"]

@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_outbox import webhooks
-from django_outbox.admin import display
+from django_outbox.admin import display, lists
 from django_outbox.admin.jobs import ReadOnlyAdmin
 from django_outbox.models import Attempt, Delivery, Endpoint, Message
 
@@ -190,9 +190,8 @@ class DeliveryInline(admin.TabularInline):
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     list_display = ["id", "uid", "event_type", "tenant", "idempotency_key", "created_at", "sent"]
-    list_filter = ["event_type", "tenant", "created_at"]
-    search_fields = ["=uid", "event_type", "=idempotency_key", "tenant"]
-    date_hierarchy = "created_at"
+    list_filter = [lists.EventTypeFilter, lists.TenantFilter, "created_at"]
+    search_fields = ["=uid", "=event_type", "=idempotency_key", "=tenant"]
     ordering = ["-id"]
     exclude = ["body"]
     readonly_fields = ["payload"]
@@ -260,7 +259,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
     list_filter = [
         "status",
         ("endpoint", admin.RelatedOnlyFieldListFilter),
-        "message__tenant",
+        lists.DeliveryTenantFilter,
         "created_at",
     ]
     list_select_related = ["message", "endpoint"]
@@ -308,7 +307,7 @@ class AttemptAdmin(ReadOnlyAdmin):
         "outcome",
         "error",
     ]
-    list_filter = ["succeeded", "status_code", "started_at"]
+    list_filter = ["succeeded", lists.AnswerFilter, "started_at"]
     list_select_related = ["delivery"]
     ordering = ["-id"]
     exclude = ["delivery", "response_headers", "response_body"]

@@ -1,5 +1,12 @@
 from django_outbox.models.jobs import Dashboard, Job, JobStatus, Worker
-from django_outbox.models.webhooks import Attempt, Delivery, DeliveryStatus, Endpoint, Message
+from django_outbox.models.webhooks import (
+    Attempt,
+    Delivery,
+    DeliveryStatus,
+    Endpoint,
+    EndpointHour,
+    Message,
+)
 
 __all__ = [
     "Attempt",
@@ -7,6 +14,7 @@ __all__ = [
     "Delivery",
     "DeliveryStatus",
     "Endpoint",
+    "EndpointHour",
     "Job",
     "JobStatus",
     "Message",

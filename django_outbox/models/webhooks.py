@@ -137,9 +137,30 @@ class Attempt(models.Model):
         indexes = [
             # The latest-attempt lookup: per delivery, newest first, within a time bound.
             models.Index(fields=["delivery", "started_at"], name="outbox_attempt_latest"),
-            # The dashboard's endpoint health (the last 24 h); pruning the log by age.
-            models.Index(fields=["started_at"], name="outbox_attempt_started"),
         ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of delivery #{self.delivery_id}"
+
+
+class EndpointHour(models.Model):
+    """Attempts to one endpoint in one hour, and how many succeeded.
+
+    The dashboard's success rates read these few rows per endpoint, not the attempt log:
+    a busy day logs millions of attempts. The recorder adds each batch's counts."""
+
+    id = models.BigAutoField(primary_key=True)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="hours")
+    #: The hour's start.
+    hour = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "django_outbox_endpoint_hour"
+        constraints = [
+            models.UniqueConstraint(fields=["endpoint", "hour"], name="outbox_endpoint_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint_id} at {self.hour:%Y-%m-%d %H}h"

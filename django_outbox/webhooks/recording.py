@@ -1,6 +1,7 @@
 """Writing a batch of attempt results: one bulk insert of attempts and one update of their
 deliveries, in one transaction; then the endpoints' health (reset on success, counted on
-failure, disabled when gone or failing for too long); then the signals."""
+failure, disabled when gone or failing for too long) and their hourly counts; then the
+signals."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -19,7 +20,7 @@ from django.utils import timezone
 from django_outbox import conf
 from django_outbox.jobs.returning import update_returning
 from django_outbox.jobs.rowvalues import per_row
-from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour
 from django_outbox.webhooks import signals
 from django_outbox.webhooks.http import Response
 from django_outbox.webhooks.policy import Decision, Verdict
@@ -76,6 +77,10 @@ def write(records: list[Record]) -> list[None]:
     except DatabaseError as exc:
         logger.warning("webhooks: could not update the endpoints' failure counts (%s)", exc)
         disabled = []
+    try:
+        tally(records)
+    except DatabaseError as exc:
+        logger.warning("webhooks: could not add to the endpoints' hourly counts (%s)", exc)
     _send_signals(records, logged, disabled)
     return [None] * len(records)
 
@@ -102,6 +107,39 @@ def _update_deliveries(records: Sequence[Record]) -> None:
             default="last_attempt_at",
         )
     Delivery.objects.filter(pk__in=[r.delivery.pk for r in records]).update(**values)
+
+
+def tally(records: Sequence[Record]) -> None:
+    """Add the batch's attempts to each endpoint's hourly counts: one upsert.
+
+    Rows go in (endpoint, hour) order, so two batches upserting the same rows take their
+    locks in the same order and cannot deadlock."""
+    counts: defaultdict[tuple[int, datetime], list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        if r.number is None or r.response is None:
+            continue
+        hour = r.response.started_at.replace(minute=0, second=0, microsecond=0)
+        count = counts[(r.delivery.endpoint_id, hour)]
+        count[0] += 1
+        count[1] += r.decision.verdict == Verdict.SUCCEEDED
+    if not counts:
+        return
+    using = router.db_for_write(EndpointHour)
+    connection = connections[using]
+    table = connection.ops.quote_name(EndpointHour._meta.db_table)
+    rows = sorted(counts.items())
+    params: list[Any] = []
+    for (endpoint_id, hour), (attempts, succeeded) in rows:
+        params += [endpoint_id, connection.ops.adapt_datetimefield_value(hour), attempts, succeeded]
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (endpoint_id, hour, attempts, succeeded) VALUES {values} "
+            "ON CONFLICT (endpoint_id, hour) DO UPDATE SET "
+            f"attempts = {table}.attempts + excluded.attempts, "
+            f"succeeded = {table}.succeeded + excluded.succeeded",
+            params,
+        )
 
 
 def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[Endpoint, str]]:

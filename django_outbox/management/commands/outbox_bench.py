@@ -63,6 +63,15 @@ class Command(BaseCommand):
             help=f"Comma-separated, of {', '.join(WEBHOOK_PARTS)} (default: all).",
         )
 
+        board = workloads.add_parser(
+            "dashboard",
+            help="Render the admin's dashboard and lists over a large history of jobs.",
+        )
+        board.add_argument("--jobs", type=positive_int, default=1_000_000)
+        board.add_argument("--attempts", type=positive_int, default=1_000_000)
+        board.add_argument("--days", type=positive_int, default=7)
+        board.add_argument("--rounds", type=positive_int, default=5)
+
     def handle(self, *args: Any, **options: Any) -> None:
         logger = logging.getLogger("django_outbox")
         previous = logger.level
@@ -80,6 +89,8 @@ class Command(BaseCommand):
             return self.latency(options)
         if options["workload"] == "idle":
             return self.idle(options)
+        if options["workload"] == "dashboard":
+            return self.dashboard(options)
         figures = drain(
             jobs=options["jobs"],
             processes=options["processes"],
@@ -91,6 +102,26 @@ class Command(BaseCommand):
         self.stdout.write("outbox_bench drain")
         for name, value in figures.rows():
             self.stdout.write(f"  {name:<{width}}  {value}")
+
+    def dashboard(self, options: dict[str, Any]) -> None:
+        from django_outbox.bench import dashboard
+
+        dashboard.clean()
+        try:
+            seconds = dashboard.fill(options["jobs"], options["attempts"], options["days"])
+            self.stdout.write(
+                f"outbox_bench dashboard, {connection.vendor}: {options['jobs']:,} jobs over "
+                f"{options['days']} days and {options['attempts']:,} attempts over a day "
+                f"(written in {seconds:.0f} s); {options['rounds']} renders per page"
+            )
+            self.stdout.write(f"  {'page':<20}{'median ms':>12}{'max ms':>10}{'queries':>10}")
+            for page in dashboard.time_pages(options["rounds"]):
+                self.stdout.write(
+                    f"  {page.page:<20}{page.median_ms:>12.1f}{page.max_ms:>10.1f}"
+                    f"{page.queries:>10}"
+                )
+        finally:
+            dashboard.clean()
 
     def modes(self, options: dict[str, Any]) -> list[str]:
         available = wakeups.available_modes()
