@@ -16,6 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from django_outbox import webhooks
 from django_outbox.models import Job, JobStatus
 
 CHROMIUM = os.environ.get("OUTBOX_CHROMIUM", "/usr/bin/chromium")
@@ -113,3 +114,23 @@ def test_the_dashboard_live_in_a_browser(page, live_server, tmp_path):
     assert "Jobs queued to run now: 1." in page.inner_text(".messagelist")
     failed.refresh_from_db()
     assert failed.status == JobStatus.QUEUED
+    page.screenshot(path=str(screenshots / "jobs.png"))
+
+    # A delivery's page: its message, its endpoint, and every attempt.
+    webhooks.create_endpoint("https://hooks.example.com/orders", tenant="acme")
+    message = webhooks.send("order.placed", {"order": 1042, "total": "12.00"}, tenant="acme")
+    delivery = message.deliveries.get()
+    now = timezone.now()
+    for number, code, error in ((1, 503, ""), (2, None, "no answer within 15 s"), (3, 200, "")):
+        delivery.attempt_log.create(
+            number=number,
+            started_at=now - timedelta(minutes=10 - number),
+            duration=0.2 if code else 15.0,
+            status_code=code,
+            succeeded=code == 200,
+            error_class="" if code else "ReadTimeout",
+            error_message=error,
+        )
+    page.goto(f"{live_server.url}/admin/django_outbox/delivery/{delivery.pk}/change/")
+    assert "no answer within 15 s" in page.inner_text("body")
+    page.screenshot(path=str(screenshots / "delivery.png"), full_page=True)

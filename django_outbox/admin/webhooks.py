@@ -266,7 +266,16 @@ class DeliveryAdmin(ReadOnlyAdmin):
     search_fields = ["=message__uid", "message__event_type", "=message__idempotency_key"]
     ordering = ["-id"]
     readonly_fields = ["message_link", "endpoint_link"]
-    exclude = ["message", "endpoint"]
+    fields = [
+        "message_link",
+        "endpoint_link",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_attempt_at",
+        "resent_at",
+        "created_at",
+    ]
     inlines = [AttemptInline]
     actions = ["resend"]
 

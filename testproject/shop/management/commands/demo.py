@@ -9,7 +9,8 @@
 3. Run burst workers in a background thread until every job has finished, with a
    progress bar on stdout.
 4. Print a summary per task, with example errors of failed jobs.
-5. Make sure the superuser admin/admin exists and, unless ``--no-serve``, serve the admin.
+5. Make sure the superuser admin/admin exists and, unless ``--no-serve``, serve the admin,
+   opening onto the outbox dashboard.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ FAILING_ORDER_EVERY = 25
 FINISHED_STATUSES = [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
 #: Loggers whose lines would break the progress bar.
 WORKER_LOGGERS = ("django_outbox", "django.tasks")
-ADMIN_URL = "http://127.0.0.1:8000/admin/"
+DASHBOARD_URL = "http://127.0.0.1:8000/admin/django_outbox/dashboard/"
 #: The demo's receiver fails this many requests of each delivery before it answers 200.
 RECEIVER_FAILS_FIRST = 2
 #: A quick retry schedule for the demo (the default waits 5 s, then 5 minutes, ...).
@@ -558,5 +559,5 @@ class Command(BaseCommand):
         self.say(f"Superuser admin (password admin): {done}.")
         if not serve:
             return
-        self.say(f"Admin: {ADMIN_URL}  (log in as admin / admin; Ctrl-C to stop)")
+        self.say(f"Dashboard: {DASHBOARD_URL}  (log in as admin / admin; Ctrl-C to stop)")
         call_command("runserver", "127.0.0.1:8000", use_reloader=False)
