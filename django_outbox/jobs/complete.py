@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import router
+from django.db import connections, router
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from django_outbox.jobs import backoff
 from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.returning import column
 from django_outbox.jobs.rowvalues import per_row
 from django_outbox.models import Job, JobStatus
 
@@ -68,7 +69,6 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
             outcome
         )
     stored = 0
-    mine = Job.objects.filter(status=JobStatus.RUNNING, worker_id=worker_id)
     if succeeded:
         with_values = [o for o in succeeded if o.return_value is not None]
         updates: dict[str, Any] = {
@@ -79,12 +79,12 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
         }
         if with_values:
             updates["return_value"] = _per_job(with_values, lambda o: o.return_value, "json")
-        stored += _update(mine, succeeded, updates)
+        stored += _update(worker_id, succeeded, updates)
     for outcome in retried:
         outcome.retry_at = next_run_at(outcome)  # fixed now: the worker reads it after
     if retried:
         stored += _update(
-            mine,
+            worker_id,
             retried,
             {
                 "status": JobStatus.QUEUED,
@@ -96,7 +96,7 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
         )
     if failed:
         stored += _update(
-            mine,
+            worker_id,
             failed,
             {
                 "status": JobStatus.FAILED,
@@ -109,14 +109,37 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     return stored
 
 
-def _update(mine: Any, outcomes: list[Outcome], values: dict[str, Any]) -> int:
-    # The attempt must match too: a late result of an earlier run of a job that this same
-    # worker claimed again must not land on the new run.
-    count: int = (
-        mine.filter(pk__in=[o.job.id for o in outcomes])
-        .filter(attempts=_per_job(outcomes, lambda o: o.job.attempts, "int"))
-        .update(**values)
+def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> int:
+    """One UPDATE of the outcomes' jobs, written out rather than built by the ORM (see
+    claim.py): each value is a constant, None, or a per-row CASE.
+
+    Only jobs still running under ``worker_id`` at the run's attempt change: a late result
+    of an earlier run of a job that this same worker claimed again must not land on the
+    new run, nor a result on a job another worker took back."""
+    connection = connections[router.db_for_write(Job)]
+    quote = connection.ops.quote_name
+    assignments: list[str] = []
+    params: list[Any] = []
+    for name, value in values.items():
+        name_sql = quote(column(Job, name))
+        if isinstance(value, RawSQL):
+            assignments.append(f"{name_sql} = {value.sql}")
+            params += value.params
+        elif value is None:
+            assignments.append(f"{name_sql} = NULL")
+        else:
+            assignments.append(f"{name_sql} = %s")
+            params.append(str(value))
+    ids = [o.job.id for o in outcomes]
+    attempts = _per_job(outcomes, lambda o: o.job.attempts, "int")
+    sql = (
+        f"UPDATE {quote(Job._meta.db_table)} SET {', '.join(assignments)} "
+        f"WHERE status = '{JobStatus.RUNNING.value}' AND worker_id = %s "
+        f"AND id IN ({', '.join(['%s'] * len(ids))}) AND attempts = {attempts.sql}"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, worker_id, *ids, *attempts.params])
+        count: int = cursor.rowcount
     return count
 
 

@@ -39,10 +39,30 @@ def update_sql(queryset: QuerySet[Any], values: dict[str, Any]) -> tuple[str, tu
     return sql, tuple(params)
 
 
+def column(model: type[Model], name: str) -> str:
+    """The column of ``model``'s field ``name``."""
+    return str(_field(model, name).column)
+
+
 def _field(model: type[Model], name: str) -> Field[Any, Any]:
     field = model._meta.get_field(name)
     assert isinstance(field, Field)
     return field
+
+
+def returned_rows(connection: Any, model: type[Model], names: Sequence[str]) -> Any:
+    """A function turning one returned row of the columns of ``names`` into a dict of
+    Python values, as the ORM would (cached: it is asked for at every claim)."""
+    key = (connection.alias, connection.vendor, model, tuple(names))
+    decode = _decoders.get(key)
+    if decode is None:
+        decode = _decoders[key] = _row_decoder(
+            connection, model, [_field(model, name) for name in names]
+        )
+    return decode
+
+
+_decoders: dict[tuple[Any, ...], Any] = {}
 
 
 def _row_decoder(connection: Any, model: type[Model], fields: list[Field[Any, Any]]) -> Any:

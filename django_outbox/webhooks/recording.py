@@ -1,7 +1,7 @@
-"""Writing a batch of attempt results: one bulk insert of attempts and one update of their
-deliveries, in one transaction; then the endpoints' health (reset on success, counted on
-failure, disabled when gone or failing for too long) and their hourly counts; then the
-signals."""
+"""Writing a batch of attempt results: one bulk insert of attempts, one update of their
+deliveries and one upsert of their endpoints' hourly counts, in one transaction; then the
+endpoints' health (reset on success, counted on failure, disabled when gone or failing
+for too long); then the signals."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ def write(records: list[Record]) -> list[None]:
     with transaction.atomic(using=router.db_for_write(Attempt)):
         Attempt.objects.bulk_create(logged)
         _update_deliveries(records)
+        tally(records)
     # The endpoints' health is advice: written after the attempts, one autocommit statement
     # at a time (no transaction holding several endpoints' locks, so concurrent batches
     # cannot deadlock), and a failure here is logged, never a reason to send again.
@@ -77,10 +78,7 @@ def write(records: list[Record]) -> list[None]:
     except DatabaseError as exc:
         logger.warning("webhooks: could not update the endpoints' failure counts (%s)", exc)
         disabled = []
-    try:
-        tally(records)
-    except DatabaseError as exc:
-        logger.warning("webhooks: could not add to the endpoints' hourly counts (%s)", exc)
+
     _send_signals(records, logged, disabled)
     return [None] * len(records)
 
