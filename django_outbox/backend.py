@@ -17,7 +17,7 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
 from django_outbox import conf
-from django_outbox.task import OutboxTask
+from django_outbox.task import OutboxTask, unique_key_problem
 
 #: The longest timeout or backoff a task may ask for: a year, in seconds.
 MAX_SECONDS = 366 * 24 * 3600.0
@@ -72,6 +72,11 @@ class OutboxBackend(BaseTaskBackend):
             and task.backoff_cap < task.backoff_base
         ):
             raise InvalidTask("backoff_cap must not be below backoff_base.")
+        key = task.unique_key
+        if key is not None and not callable(key):
+            problem = unique_key_problem(key)
+            if problem:
+                raise InvalidTask(problem[0].upper() + problem[1:])
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         from django_outbox.jobs import enqueue

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.tasks import Task, TaskResult
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
@@ -17,6 +17,7 @@ from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import to_task_result
 from django_outbox.models import Job
+from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
 from django_outbox.wake.notify import notify_on_commit
 
@@ -87,27 +88,75 @@ def build_job(
 
 def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
     job = build_job(task, args, kwargs)
-    job.save(force_insert=True)
+    key = task.unique_key_for(args, kwargs) if isinstance(task, OutboxTask) else None
+    if key is None:
+        job.save(force_insert=True)
+    else:
+        existing = _insert_unique(job, key)
+        if existing is not None:
+            return existing  # nothing enqueued, no signal
     notify_on_commit([(job.queue, job.run_at)], using=router.db_for_write(Job))
     result = to_task_result(job, task)
     task_enqueued.send(type(task.get_backend()), task_result=result)
     return result
 
 
+def _insert_unique(job: Job, key: str) -> TaskResult | None:
+    """Insert ``job`` under ``key`` unless an active job holds the key; then return that
+    job's result instead.
+
+    One ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` against the partial unique index
+    on active dedup keys. On PostgreSQL, an INSERT that meets a key another transaction
+    has just written waits for that transaction: if it commits, this one inserts nothing;
+    if it rolls back, this one inserts. The holder can finish between the conflict and the
+    read that finds it: then the insert is tried again.
+    """
+    job.dedup_key = key
+    using = router.db_for_write(Job)
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    values = [field.get_db_prep_save(getattr(job, field.attname), connection) for field in fields]
+    sql = (
+        f"INSERT INTO {quote(Job._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING "
+        f"RETURNING {quote('id')}"
+    )
+    for _ in range(UNIQUE_TRIES):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            row = cursor.fetchone()
+        if row is not None:
+            job.pk = row[0]
+            job._state.adding, job._state.db = False, using
+            return None
+        holder = Job.objects.using(using).filter(dedup_key=key, status__in=ACTIVE_STATUSES)
+        found = holder.first()
+        if found is not None:
+            return to_task_result(found)
+    raise RuntimeError(
+        f"Could not enqueue the job with unique key {key!r}: the job holding it kept "
+        f"finishing as this one was inserted ({UNIQUE_TRIES} tries)."
+    )
+
+
+#: Inserts tried for a unique job before giving up (each lost to a job just finishing).
+UNIQUE_TRIES = 5
+
+
 def enqueue_many(
     task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
 ) -> list[TaskResult]:
-    """Enqueue one job per ``(args, kwargs)``: one INSERT per 1,000 rows, all or none."""
+    """Enqueue one job per ``(args, kwargs)``: one INSERT per 1,000 rows, all or none.
+
+    A task with a unique key is enqueued call by call instead (each may find its key held).
+    """
+    if isinstance(task, OutboxTask) and task.unique_key is not None:
+        with transaction.atomic(using=router.db_for_write(Job)):
+            return [enqueue(task, args, kwargs) for args, kwargs in _pairs(calls)]
     now = timezone.now()
-    jobs = []
-    for position, call in enumerate(calls):
-        try:
-            args, kwargs = call
-        except (TypeError, ValueError):
-            raise InvalidTaskArguments(
-                f"enqueue_many takes (args, kwargs) pairs; item {position} is {call!r}."
-            ) from None
-        jobs.append(build_job(task, args, kwargs, now))
+    jobs = [build_job(task, args, kwargs, now) for args, kwargs in _pairs(calls)]
     using = router.db_for_write(Job)
     with transaction.atomic(using=using):
         Job.objects.bulk_create(jobs, batch_size=CHUNK_SIZE)
@@ -117,3 +166,18 @@ def enqueue_many(
     for result in results:
         task_enqueued.send(backend_class, task_result=result)
     return results
+
+
+def _pairs(
+    calls: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+) -> list[tuple[Sequence[Any], dict[str, Any]]]:
+    pairs = []
+    for position, call in enumerate(calls):
+        try:
+            args, kwargs = call
+        except (TypeError, ValueError):
+            raise InvalidTaskArguments(
+                f"enqueue_many takes (args, kwargs) pairs; item {position} is {call!r}."
+            ) from None
+        pairs.append((args, kwargs))
+    return pairs
