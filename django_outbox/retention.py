@@ -1,0 +1,227 @@
+"""Deleting what is old: finished jobs, and webhook messages whose deliveries are all done
+(with their deliveries, attempts and hourly counts).
+
+Every DELETE takes at most CHUNK rows, chosen by a bounded SELECT in the same statement,
+so no statement holds many locks or runs for long, and workers keep claiming while a
+prune runs. On PostgreSQL the chunk's rows are taken with ``FOR UPDATE SKIP LOCKED``:
+two prunes at once (two workers with RETENTION, or a worker and ``outbox_prune``) share
+the work instead of waiting on, or deadlocking with, each other.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, router
+from django.utils import timezone
+
+from django_outbox.models import (
+    Attempt,
+    Delivery,
+    DeliveryStatus,
+    EndpointHour,
+    Job,
+    JobStatus,
+    Message,
+)
+
+#: Rows per DELETE.
+CHUNK = 10_000
+#: Messages per round: each brings its deliveries and their attempts.
+MESSAGE_CHUNK = 1_000
+#: The statuses of finished jobs; live ones (queued, running) are never pruned.
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+FINISHED_NAMES = tuple(status.value for status in FINISHED)
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> timedelta:
+    """'90s', '30m', '12h', '7d', '2w' → a timedelta; ValueError says what is accepted."""
+    match = _AGE.match(str(text))
+    if not match:
+        raise ValueError(
+            f"{text!r} is not an age: write a number and a unit, s, m, h, d or w "
+            "(e.g. 90s, 30m, 12h, 7d, 2w)."
+        )
+    age = timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
+    if age <= timedelta(0):
+        raise ValueError(f"{text!r}: the age must be above zero.")
+    return age
+
+
+def parse_statuses(names: Iterable[str]) -> list[str]:
+    """Finished job statuses only; anything else is a ValueError naming the choices."""
+    statuses = [name.strip() for name in names if name.strip()]
+    allowed = list(FINISHED_NAMES)
+    wrong = [name for name in statuses if name not in allowed]
+    if wrong or not statuses:
+        raise ValueError(
+            f"Statuses to prune: {', '.join(wrong) or 'none given'} refused; choose among "
+            f"{', '.join(allowed)} (queued and running jobs are never pruned)."
+        )
+    return statuses
+
+
+@dataclass
+class Pruned:
+    """Rows deleted (or, in a dry run, that would be), by table."""
+
+    counts: dict[str, int] = field(
+        default_factory=lambda: {
+            "jobs": 0,
+            "messages": 0,
+            "deliveries": 0,
+            "attempts": 0,
+            "hourly counts": 0,
+        }
+    )
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __str__(self) -> str:
+        return ", ".join(f"{count:,} {name}" for name, count in self.counts.items())
+
+
+def prune(
+    older_than: timedelta,
+    statuses: Iterable[str] = FINISHED_NAMES,
+    dry_run: bool = False,
+    progress: Callable[[Pruned], None] | None = None,
+    now: datetime | None = None,
+) -> Pruned:
+    """Delete jobs finished (with one of ``statuses``) more than ``older_than`` ago, and
+    messages created more than ``older_than`` ago whose deliveries are all finished, with
+    their deliveries and attempts, and endpoint hourly counts as old. ``progress`` is
+    called after every statement."""
+    cutoff = (now or timezone.now()) - older_than
+    statuses = parse_statuses(statuses)
+    pruned = Pruned()
+    report = progress or (lambda _: None)
+    if dry_run:
+        _count(pruned, cutoff, statuses)
+        report(pruned)
+        return pruned
+    _prune_jobs(pruned, cutoff, statuses, report)
+    _prune_messages(pruned, cutoff, report)
+    _prune_hours(pruned, cutoff, report)
+    return pruned
+
+
+class _Sql:
+    """Chunked DELETEs for one database."""
+
+    def __init__(self, model: Any) -> None:
+        self.connection = connections[router.db_for_write(model)]
+        self.quote = self.connection.ops.quote_name
+        features = self.connection.features
+        self.lock = ""
+        if features.has_select_for_update_skip_locked:
+            self.lock = " " + self.connection.ops.for_update_sql(skip_locked=True)
+
+    def table(self, model: Any) -> str:
+        return str(self.quote(model._meta.db_table))
+
+    def delete_chunk(self, model: Any, where: str, params: list[Any], order: str = "id") -> int:
+        """DELETE up to CHUNK rows of ``model`` matching ``where``; returns how many."""
+        table = self.table(model)
+        sql = (
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} "
+            f"ORDER BY {order} LIMIT {CHUNK}{self.lock})"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+    def datetime(self, value: datetime) -> Any:
+        return self.connection.ops.adapt_datetimefield_value(value)
+
+
+def _status_list(statuses: list[str]) -> str:
+    # Statuses were checked against FINISHED: literals keep the partial indexes usable.
+    return ", ".join(f"'{status}'" for status in statuses)
+
+
+def _prune_jobs(
+    pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
+) -> None:
+    sql = _Sql(Job)
+    where = f"status IN ({_status_list(statuses)}) AND finished_at < %s"
+    while deleted := sql.delete_chunk(Job, where, [sql.datetime(cutoff)], order="finished_at"):
+        pruned.counts["jobs"] += deleted
+        report(pruned)
+
+
+def _old_messages(sql: _Sql, cutoff: datetime) -> tuple[str, list[Any]]:
+    """Messages created before ``cutoff`` with no delivery still pending."""
+    delivery = sql.table(Delivery)
+    message = sql.table(Message)
+    return (
+        f"{message}.created_at < %s AND NOT EXISTS (SELECT 1 FROM {delivery} "
+        f"WHERE {delivery}.message_id = {message}.id "
+        f"AND {delivery}.status = '{DeliveryStatus.PENDING.value}')",
+        [sql.datetime(cutoff)],
+    )
+
+
+def _prune_messages(pruned: Pruned, cutoff: datetime, report: Callable[[Pruned], None]) -> None:
+    sql = _Sql(Message)
+    message, delivery = sql.table(Message), sql.table(Delivery)
+    where, params = _old_messages(sql, cutoff)
+    after = 0  # each round starts past the last: a message that must stay is not met again
+    while True:
+        with sql.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {message} WHERE {where} AND id > %s "
+                f"ORDER BY id LIMIT {MESSAGE_CHUNK}",
+                [*params, after],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+        if not ids:
+            return
+        after = ids[-1]
+        among = ", ".join(str(int(pk)) for pk in ids)
+        # Only finished deliveries go: one a replay has just added stays, and keeps its
+        # message, which a later prune takes once the delivery is done.
+        done = f"message_id IN ({among}) AND status <> '{DeliveryStatus.PENDING.value}'"
+        of_done = f"delivery_id IN (SELECT id FROM {delivery} WHERE {done})"
+        while deleted := sql.delete_chunk(Attempt, of_done, []):
+            pruned.counts["attempts"] += deleted
+            report(pruned)
+        while deleted := sql.delete_chunk(Delivery, done, []):
+            pruned.counts["deliveries"] += deleted
+            report(pruned)
+        with sql.connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {message} WHERE id IN ({among}) AND NOT EXISTS (SELECT 1 FROM "
+                f"{delivery} WHERE {delivery}.message_id = {message}.id)"
+            )
+            pruned.counts["messages"] += int(cursor.rowcount)
+        report(pruned)
+        if len(ids) < MESSAGE_CHUNK:
+            return
+
+
+def _prune_hours(pruned: Pruned, cutoff: datetime, report: Callable[[Pruned], None]) -> None:
+    sql = _Sql(EndpointHour)
+    while deleted := sql.delete_chunk(EndpointHour, "hour < %s", [sql.datetime(cutoff)]):
+        pruned.counts["hourly counts"] += deleted
+        report(pruned)
+
+
+def _count(pruned: Pruned, cutoff: datetime, statuses: list[str]) -> None:
+    pruned.counts["jobs"] = Job.objects.filter(status__in=statuses, finished_at__lt=cutoff).count()
+    old = Message.objects.filter(created_at__lt=cutoff).exclude(
+        deliveries__status=DeliveryStatus.PENDING
+    )
+    pruned.counts["messages"] = old.count()
+    pruned.counts["deliveries"] = Delivery.objects.filter(message__in=old).count()
+    pruned.counts["attempts"] = Attempt.objects.filter(delivery__message__in=old).count()
+    pruned.counts["hourly counts"] = EndpointHour.objects.filter(hour__lt=cutoff).count()
