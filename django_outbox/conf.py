@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -134,6 +136,93 @@ def _merge_webhooks(raw: dict[str, Any]) -> WebhookSettings:
     return WebhookSettings(**values)
 
 
+#: The statuses of finished jobs (JobStatus's values; models cannot be imported here).
+FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: object) -> timedelta:
+    """'90s', '30m', '12h', '7d', '2w' → a timedelta; ValueError says what is accepted."""
+    match = _AGE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(
+            f"{text!r} is not an age: write a number and a unit, s, m, h, d or w "
+            "(e.g. 90s, 30m, 12h, 7d, 2w)."
+        )
+    age = timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
+    if age <= timedelta(0):
+        raise ValueError(f"{text!r}: the age must be above zero.")
+    return age
+
+
+def parse_statuses(names: Iterable[object]) -> list[str]:
+    """Finished job statuses only; anything else is a ValueError naming the choices."""
+    statuses = [str(name).strip() for name in names if str(name).strip()]
+    wrong = [name for name in statuses if name not in FINISHED_STATUSES]
+    if wrong or not statuses:
+        raise ValueError(
+            f"Statuses to prune: {', '.join(wrong) or 'none given'} refused; choose among "
+            f"{', '.join(FINISHED_STATUSES)} (queued and running jobs are never pruned)."
+        )
+    return statuses
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSettings:
+    """``OUTBOX["RETENTION"]``: what workers delete on their own, and how often."""
+
+    #: Jobs finished, and messages created, longer ago than this go (an age: 7d, 12h…).
+    OLDER_THAN: str = "7d"
+    #: The finished statuses of jobs that go.
+    STATUSES: tuple[str, ...] = FINISHED_STATUSES
+    #: Seconds between two prunes by one worker (each worker starts at a random point).
+    EVERY_SECONDS: float = 3600.0
+
+    @property
+    def age(self) -> timedelta:
+        return parse_age(self.OLDER_THAN)
+
+
+def retention_settings_errors(raw: Any) -> list[str]:
+    where = "OUTBOX['RETENTION']"
+    if raw is None:
+        return []
+    errors = _shape_errors(raw, where, RetentionSettings.__dataclass_fields__.keys())
+    if not isinstance(raw, dict):
+        return errors
+    if "OLDER_THAN" in raw:
+        try:
+            parse_age(raw["OLDER_THAN"])
+        except ValueError as exc:
+            errors.append(f"{where}['OLDER_THAN']: {exc}")
+    if "STATUSES" in raw:
+        if not isinstance(raw["STATUSES"], list | tuple):
+            errors.append(f"{where}['STATUSES'] must be a list, not {raw['STATUSES']!r}.")
+        else:
+            try:
+                parse_statuses(raw["STATUSES"])
+            except ValueError as exc:
+                errors.append(f"{where}['STATUSES']: {exc}")
+    if "EVERY_SECONDS" in raw and (
+        problem := _number_problem(raw["EVERY_SECONDS"], float, 0.0, MAX_NUMBER)
+    ):
+        errors.append(f"{where}['EVERY_SECONDS'] must be {problem}, not {raw['EVERY_SECONDS']!r}.")
+    return errors
+
+
+def _merge_retention(raw: dict[str, Any] | None) -> RetentionSettings | None:
+    if raw is None:
+        return None
+    values = dict(raw)
+    if "STATUSES" in values:
+        values["STATUSES"] = tuple(values["STATUSES"])
+    if "EVERY_SECONDS" in values:
+        values["EVERY_SECONDS"] = float(values["EVERY_SECONDS"])
+    return RetentionSettings(**values)
+
+
 @dataclass(frozen=True, slots=True)
 class OutboxSettings:
     #: Seconds an idle worker waits before looking for due jobs again when it has no
@@ -158,6 +247,8 @@ class OutboxSettings:
     BACKOFF_CAP: float = 3600.0
     #: Webhook delivery; see WebhookSettings.
     WEBHOOKS: WebhookSettings = field(default_factory=WebhookSettings)
+    #: None: nothing is deleted unless ``outbox_prune`` is run.
+    RETENTION: RetentionSettings | None = None
 
 
 _NUMBER_RULES: dict[str, tuple[type, float]] = {
@@ -205,6 +296,8 @@ def settings_errors(raw: Any) -> list[str]:
         )
     if "WEBHOOKS" in raw:
         errors.extend(webhook_settings_errors(raw["WEBHOOKS"]))
+    if "RETENTION" in raw:
+        errors.extend(retention_settings_errors(raw["RETENTION"]))
     if not errors:
         merged = _merge(raw)
         if merged.HEARTBEAT_SECONDS >= merged.LEASE_SECONDS:
@@ -233,6 +326,8 @@ def _merge(raw: dict[str, Any]) -> OutboxSettings:
             values[key] = kind(values[key])
     if "WEBHOOKS" in values:
         values["WEBHOOKS"] = _merge_webhooks(values["WEBHOOKS"])
+    if "RETENTION" in values:
+        values["RETENTION"] = _merge_retention(values["RETENTION"])
     return OutboxSettings(**values)
 
 

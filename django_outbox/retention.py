@@ -10,7 +10,6 @@ the work instead of waiting on, or deadlocking with, each other.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,53 +18,24 @@ from typing import Any
 from django.db import connections, router
 from django.utils import timezone
 
+from django_outbox.conf import FINISHED_STATUSES, parse_age, parse_statuses
 from django_outbox.models import (
     Attempt,
     Delivery,
     DeliveryStatus,
     EndpointHour,
     Job,
-    JobStatus,
     Message,
 )
+
+__all__ = ["CHUNK", "FINISHED_NAMES", "Pruned", "parse_age", "parse_statuses", "prune"]
 
 #: Rows per DELETE.
 CHUNK = 10_000
 #: Messages per round: each brings its deliveries and their attempts.
 MESSAGE_CHUNK = 1_000
 #: The statuses of finished jobs; live ones (queued, running) are never pruned.
-FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-FINISHED_NAMES = tuple(status.value for status in FINISHED)
-
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(text: str) -> timedelta:
-    """'90s', '30m', '12h', '7d', '2w' → a timedelta; ValueError says what is accepted."""
-    match = _AGE.match(str(text))
-    if not match:
-        raise ValueError(
-            f"{text!r} is not an age: write a number and a unit, s, m, h, d or w "
-            "(e.g. 90s, 30m, 12h, 7d, 2w)."
-        )
-    age = timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
-    if age <= timedelta(0):
-        raise ValueError(f"{text!r}: the age must be above zero.")
-    return age
-
-
-def parse_statuses(names: Iterable[str]) -> list[str]:
-    """Finished job statuses only; anything else is a ValueError naming the choices."""
-    statuses = [name.strip() for name in names if name.strip()]
-    allowed = list(FINISHED_NAMES)
-    wrong = [name for name in statuses if name not in allowed]
-    if wrong or not statuses:
-        raise ValueError(
-            f"Statuses to prune: {', '.join(wrong) or 'none given'} refused; choose among "
-            f"{', '.join(allowed)} (queued and running jobs are never pruned)."
-        )
-    return statuses
+FINISHED_NAMES = FINISHED_STATUSES
 
 
 @dataclass

@@ -49,6 +49,13 @@ def outbox_errors():
         ({"WEBHOOKS": {"ALLOW_HTTP": "yes"}}, "ALLOW_HTTP'] must be True or False"),
         ({"WEBHOOKS": {"QUEUE": ""}}, "QUEUE'] must be a non-empty string"),
         ({"BACKOFF_BASE": 10, "BACKOFF_CAP": 1}, "must not be below OUTBOX['BACKOFF_BASE']"),
+        ({"RETENTION": "7d"}, "OUTBOX['RETENTION'] must be a dict, not str."),
+        ({"RETENTION": {"AGE": "7d"}}, "OUTBOX['RETENTION']['AGE'] is not a known setting"),
+        ({"RETENTION": {"OLDER_THAN": "a week"}}, "['OLDER_THAN']: 'a week' is not an age"),
+        ({"RETENTION": {"OLDER_THAN": 7}}, "['OLDER_THAN']: 7 is not an age"),
+        ({"RETENTION": {"STATUSES": ["queued"]}}, "queued refused; choose among succeeded"),
+        ({"RETENTION": {"STATUSES": "failed"}}, "['STATUSES'] must be a list"),
+        ({"RETENTION": {"EVERY_SECONDS": 0}}, "['EVERY_SECONDS'] must be a number greater"),
         ([("POLL_INTERVAL", 1)], "OUTBOX must be a dict, not list."),
     ],
 )
@@ -66,6 +73,11 @@ def test_good_settings_pass_and_overrides_take_effect():
         assert conf.get().POLL_INTERVAL == 2.0 and conf.get().DEFAULT_MAX_ATTEMPTS == 7
         assert conf.get().LEASE_SECONDS == 30.0  # defaults fill the rest
     assert conf.get().DEFAULT_MAX_ATTEMPTS == 3
+    assert conf.get().RETENTION is None  # nothing is pruned unless asked
+    with override_settings(OUTBOX={"RETENTION": {"OLDER_THAN": "2w"}}):
+        retention = conf.get().RETENTION
+        assert retention is not None and retention.age.days == 14
+        assert retention.STATUSES == ("succeeded", "failed", "cancelled")
 
 
 def test_a_well_configured_sqlite_database_gets_no_warning():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from io import StringIO
 
@@ -131,3 +132,29 @@ def test_ages_in_every_unit():
         timedelta(weeks=2),
         timedelta(minutes=90),
     ]
+
+
+def test_finished_statuses_are_the_models_own():
+    finished = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+    assert set(retention.FINISHED_NAMES) == {status.value for status in finished}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_with_retention_prunes_on_its_own(settings):
+    from django_outbox.worker import Worker
+    from django_outbox.worker.process import start_in_thread
+
+    old = job(JobStatus.SUCCEEDED, 3)
+    recent = job(JobStatus.SUCCEEDED, 0.5)
+    settings.OUTBOX = settings.OUTBOX | {"RETENTION": {"OLDER_THAN": "1d", "EVERY_SECONDS": 0.2}}
+    worker = Worker(queues=["default"], concurrency=1)
+    thread = start_in_thread(worker)
+    try:
+        deadline = timezone.now() + timedelta(seconds=10)
+        while Job.objects.filter(pk=old.pk).exists() and timezone.now() < deadline:
+            threading.Event().wait(0.05)
+        assert not Job.objects.filter(pk=old.pk).exists()
+        assert Job.objects.filter(pk=recent.pk).exists()
+    finally:
+        worker.request_stop("test done")
+        thread.join(10)

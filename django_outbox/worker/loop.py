@@ -30,6 +30,7 @@ from django_outbox.wake import Wake, Waker, build_waker
 from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker.executor import cached_task, claimed_job_result, error_record
 from django_outbox.worker.pool import Pool
+from django_outbox.worker.pruner import Pruner
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -160,10 +161,16 @@ class Worker:
                 connections[alias].vendor,
                 self.waker.name,
             )
+            pruner = None
+            if self.settings.RETENTION is not None:
+                pruner = Pruner(self.settings.RETENTION, self.id)
+                pruner.start()
             self.ready.set()
             try:
                 self._loop()
             finally:
+                if pruner is not None:
+                    pruner.stop()
                 self._shutdown()
                 self.waker.close()
         return self.stats
