@@ -3,6 +3,7 @@
 E001  the OUTBOX setting is invalid
 E002  OUTBOX["WAKE"] = "postgres" while the jobs' database is not PostgreSQL
 E003  OUTBOX["WAKE"] = "redis" without a django-redis cache named OUTBOX["REDIS_ALIAS"]
+E004  a schedule of OUTBOX["SCHEDULES"] is invalid (cron, task path, time zone, arguments)
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
@@ -66,6 +67,18 @@ def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
             )
         )
     return messages
+
+
+@checks.register()
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if conf.settings_errors(getattr(settings, "OUTBOX", {})):
+        return []  # E001 says what is wrong first
+    from django_outbox import schedules
+
+    return [
+        checks.Error(message, id="django_outbox.E004", obj="settings.OUTBOX")
+        for message in schedules.problems(conf.get().SCHEDULES)
+    ]
 
 
 def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[checks.CheckMessage]:

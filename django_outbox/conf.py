@@ -249,6 +249,8 @@ class OutboxSettings:
     WEBHOOKS: WebhookSettings = field(default_factory=WebhookSettings)
     #: None: nothing is deleted unless ``outbox_prune`` is run.
     RETENTION: RetentionSettings | None = None
+    #: Cron schedules by name (see django_outbox.schedules; checked by E004).
+    SCHEDULES: dict[str, Any] = field(default_factory=dict)
 
 
 _NUMBER_RULES: dict[str, tuple[type, float]] = {
@@ -298,6 +300,11 @@ def settings_errors(raw: Any) -> list[str]:
         errors.extend(webhook_settings_errors(raw["WEBHOOKS"]))
     if "RETENTION" in raw:
         errors.extend(retention_settings_errors(raw["RETENTION"]))
+    if "SCHEDULES" in raw and not isinstance(raw["SCHEDULES"], dict):
+        errors.append(
+            "OUTBOX['SCHEDULES'] must be a dict of schedules by name, "
+            f"not {type(raw['SCHEDULES']).__name__}."
+        )
     if not errors:
         merged = _merge(raw)
         if merged.HEARTBEAT_SECONDS >= merged.LEASE_SECONDS:

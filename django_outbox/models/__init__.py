@@ -1,4 +1,5 @@
 from django_outbox.models.jobs import Dashboard, Job, JobStatus, Worker
+from django_outbox.models.schedules import ScheduleState
 from django_outbox.models.webhooks import (
     Attempt,
     Delivery,
@@ -18,5 +19,6 @@ __all__ = [
     "Job",
     "JobStatus",
     "Message",
+    "ScheduleState",
     "Worker",
 ]

@@ -31,6 +31,7 @@ from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker.executor import cached_task, claimed_job_result, error_record
 from django_outbox.worker.pool import Pool
 from django_outbox.worker.pruner import Pruner
+from django_outbox.worker.scheduler import Scheduler
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -161,16 +162,21 @@ class Worker:
                 connections[alias].vendor,
                 self.waker.name,
             )
-            pruner = None
+            pruner = scheduler = None
             if self.settings.RETENTION is not None:
                 pruner = Pruner(self.settings.RETENTION, self.id)
                 pruner.start()
+            if self.settings.SCHEDULES and not self.burst:
+                scheduler = Scheduler(self.id)
+                scheduler.start()
             self.ready.set()
             try:
                 self._loop()
             finally:
                 if pruner is not None:
                     pruner.stop()
+                if scheduler is not None:
+                    scheduler.stop()
                 self._shutdown()
                 self.waker.close()
         return self.stats

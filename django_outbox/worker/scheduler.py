@@ -1,0 +1,62 @@
+"""A worker's cron thread, when ``OUTBOX["SCHEDULES"]`` has schedules: it sleeps until the
+next tick of any schedule (a minute at most, so schedules another worker moved on are
+read again), then enqueues what is due and no other worker has enqueued."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import DatabaseError, connections
+from django.utils import timezone
+
+from django_outbox import schedules
+
+logger = logging.getLogger("django_outbox.worker")
+
+#: The longest the thread sleeps between two looks.
+MAX_SLEEP = 60.0
+
+
+class Scheduler:
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.enqueued = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="outbox-scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        wait = 0.0
+        while not self._stop.wait(wait):
+            wait = self.look()
+
+    def look(self) -> float:
+        """Enqueue what is due; returns the seconds until the next look."""
+        try:
+            results = schedules.enqueue_due()
+            upcoming = schedules.next_due()
+        except DatabaseError as exc:
+            logger.warning("worker %s: schedules not checked (%s)", self.worker_id, exc)
+            return MAX_SLEEP / 4
+        finally:
+            connections.close_all()  # this thread's connections only
+        for result in results:
+            self.enqueued += 1
+            logger.info(
+                "worker %s: scheduled %s enqueued (job %s, tick %s)",
+                self.worker_id,
+                result.task.module_path,
+                result.id,
+                f"{result.task.run_after:%Y-%m-%d %H:%M:%S}" if result.task.run_after else "",
+            )
+        if upcoming is None:
+            return MAX_SLEEP
+        seconds = (upcoming - timezone.now()).total_seconds()
+        return min(MAX_SLEEP, max(0.05, seconds + 0.01))
