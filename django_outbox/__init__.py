@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django.tasks import Task, TaskResult
 
-__all__ = ["enqueue_many"]
+__all__ = ["cancel", "enqueue_many"]
 
 
 def enqueue_many(
@@ -27,3 +27,15 @@ def enqueue_many(
             f"{type(backend).__name__} (TASKS[{task.backend!r}])."
         )
     return backend.enqueue_many(task, calls)
+
+
+def cancel(job: TaskResult | int | str) -> str:
+    """Cancel a job, given its TaskResult or id.
+
+    A queued job is cancelled and never runs: returns "cancelled". A running job is asked to
+    stop (its task sees ``context.cancelled()`` after the worker's next heartbeat): returns
+    "requested". A finished job is left as it is: returns its status.
+    """
+    from django_outbox.jobs.operations import cancel_job
+
+    return cancel_job(job)

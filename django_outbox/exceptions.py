@@ -53,3 +53,8 @@ class UnsafeDestination(OutboxError):
 
 class EndpointDisabled(OutboxError):
     """The endpoint is disabled: nothing is sent to it until it is enabled again."""
+
+
+class Cancelled(OutboxError):
+    """Raised by a task (or ``context.raise_if_cancelled()``) that stops because it was
+    asked to: the job ends as cancelled, not retried."""

@@ -131,3 +131,20 @@ def _report_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
 @task(unique_key=_report_key)
 def build_report(*args: Any) -> None:
     return None
+
+
+@task(takes_context=True, max_attempts=3)
+def stops_when_cancelled(context: TaskContext, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        context.raise_if_cancelled()  # type: ignore[attr-defined]
+        time.sleep(0.02)
+    return "ran to the end"
+
+
+@task(takes_context=True)
+def finishes_anyway(context: TaskContext, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not context.cancelled():  # type: ignore[attr-defined]
+        time.sleep(0.02)
+    return f"saw the request: {context.cancelled()}; finished my work"  # type: ignore[attr-defined]

@@ -129,12 +129,16 @@ def test_retry_now_skips_a_job_whose_dedup_key_an_active_job_holds(admin_client)
     assert "Jobs queued to run now: 0." in messages_of(response)[0]
 
 
-def test_cancel_cancels_queued_jobs_only(admin_client):
-    queued, running = a_job(), a_job(JobStatus.RUNNING)
-    response = act(admin_client, "job", "cancel", [queued.pk, running.pk])
+def test_cancel_cancels_queued_jobs_and_asks_running_ones_to_stop(admin_client):
+    queued, running, done = a_job(), a_job(JobStatus.RUNNING), a_job(JobStatus.SUCCEEDED)
+    response = act(admin_client, "job", "cancel", [queued.pk, running.pk, done.pk])
     assert Job.objects.get(pk=queued.pk).status == JobStatus.CANCELLED
-    assert Job.objects.get(pk=running.pk).status == JobStatus.RUNNING
-    assert messages_of(response)[0].startswith("Jobs cancelled: 1. 1 left")
+    running.refresh_from_db()
+    assert running.status == JobStatus.RUNNING and running.cancel_requested_at is not None
+    assert Job.objects.get(pk=done.pk).status == JobStatus.SUCCEEDED
+    assert messages_of(response) == [
+        "Jobs cancelled: 1. Running jobs asked to stop: 1. 1 finished jobs left as they were."
+    ]
 
 
 def test_delete_asks_then_deletes(admin_client):

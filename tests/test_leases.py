@@ -18,7 +18,7 @@ def test_heartbeat_renews_every_lease_the_worker_holds_in_one_statement(
     theirs = job_factory(running=True, worker_id="w2", lease_until=soon)
     Worker.objects.create(id="w1", hostname="h", pid=1, concurrency=1)
     with django_assert_num_queries(2):  # the leases, and the worker's heartbeat time
-        assert leases.heartbeat("w1", 60) == 3
+        assert leases.heartbeat("w1", 60).count == 3
     for job in Job.objects.filter(pk__in=[j.pk for j in mine]):
         assert job.lease_until > timezone.now() + timedelta(seconds=55)
     assert Job.objects.get(pk=theirs.pk).lease_until == soon

@@ -140,9 +140,16 @@ class JobAdmin(ReadOnlyAdmin):
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         report(self, request, "Jobs queued to run now", operations.retry_now(queryset))
 
-    @admin.action(description="Cancel (queued jobs)", permissions=["act"])
+    @admin.action(description="Cancel (running jobs are asked to stop)", permissions=["act"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        report(self, request, "Jobs cancelled", operations.cancel(queryset))
+        outcome = operations.cancel(queryset)
+        text = f"Jobs cancelled: {outcome.cancelled}."
+        if outcome.requested:
+            text += f" Running jobs asked to stop: {outcome.requested}."
+        if outcome.skipped:
+            text += f" {outcome.skipped} finished jobs left as they were."
+        done = outcome.cancelled or outcome.requested
+        self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
 
 
 @admin.register(Worker)

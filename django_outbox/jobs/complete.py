@@ -35,10 +35,17 @@ class Outcome:
     retry_at: datetime | None = None
     #: The task said another attempt cannot help (PermanentFailure).
     final: bool = False
+    #: The run stopped after someone asked it to: the job ends as cancelled.
+    cancelled: bool = False
 
     @property
     def will_retry(self) -> bool:
-        return not self.succeeded and not self.final and self.job.attempts < self.job.max_attempts
+        return (
+            not self.succeeded
+            and not self.final
+            and not self.cancelled
+            and self.job.attempts < self.job.max_attempts
+        )
 
     @property
     def errors(self) -> list[dict[str, str]]:
@@ -94,14 +101,19 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
                 "worker_id": None,
             },
         )
-    if failed:
+    for status, ended in (
+        (JobStatus.FAILED, [o for o in failed if not o.cancelled]),
+        (JobStatus.CANCELLED, [o for o in failed if o.cancelled]),
+    ):
+        if not ended:
+            continue
         stored += _update(
             worker_id,
-            failed,
+            ended,
             {
-                "status": JobStatus.FAILED,
-                "finished_at": _per_job(failed, lambda o: o.finished_at, "datetime"),
-                "errors": _per_job(failed, lambda o: o.errors, "json"),
+                "status": status,
+                "finished_at": _per_job(ended, lambda o: o.finished_at, "datetime"),
+                "errors": _per_job(ended, lambda o: o.errors, "json"),
                 "lease_until": None,
                 "worker_id": None,
             },

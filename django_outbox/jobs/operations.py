@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from django.db import IntegrityError, router, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
+from django.tasks import TaskResult
+from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
 from django_outbox.models import Job, JobStatus
@@ -61,13 +63,45 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
     return Changed(done, len(selected) - done)
 
 
-def cancel(jobs: QuerySet[Job]) -> Changed:
-    """Cancel the selected queued jobs: they never run. Others are left as they are (a
-    running job is not stopped)."""
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    #: Queued jobs now cancelled: they never run.
+    cancelled: int
+    #: Running jobs asked to stop (their tasks see it through ``context.cancelled()``).
+    requested: int
+    #: Finished jobs, left as they were.
+    skipped: int
+
+
+def cancel(jobs: QuerySet[Job]) -> Cancelled:
+    """Cancel the selected queued jobs, and ask the running ones to stop."""
+    now = timezone.now()
     total = jobs.count()
-    done = (
-        Job.objects.using(router.db_for_write(Job))
-        .filter(pk__in=jobs.values("pk"), status=JobStatus.QUEUED)
-        .update(status=JobStatus.CANCELLED, finished_at=timezone.now())
+    selected = Job.objects.using(router.db_for_write(Job)).filter(pk__in=jobs.values("pk"))
+    cancelled = selected.filter(status=JobStatus.QUEUED).update(
+        status=JobStatus.CANCELLED, finished_at=now
     )
-    return Changed(done, total - done)
+    requested = selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
+        cancel_requested_at=now
+    )
+    return Cancelled(cancelled, requested, total - cancelled - requested)
+
+
+def cancel_job(job: TaskResult | int | str) -> str:
+    """Cancel one job, given its result or its id: a queued job is cancelled and never runs
+    ("cancelled"); a running one is asked to stop ("requested"); a finished one is left as
+    it is (its status is returned). An unknown id raises TaskResultDoesNotExist."""
+    job_id = job.id if isinstance(job, TaskResult) else job
+    try:
+        found = Job.objects.filter(pk=int(job_id))
+    except (TypeError, ValueError):
+        raise TaskResultDoesNotExist(f"{job_id!r} is not a job id.") from None
+    outcome = cancel(found)
+    if outcome.cancelled:
+        return "cancelled"
+    if outcome.requested:
+        return "requested"
+    status = found.values_list("status", flat=True).first()
+    if status is None:
+        raise TaskResultDoesNotExist(f"No job {job_id!r}.")
+    return str(status)

@@ -79,6 +79,9 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     last_attempted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: Someone asked a running job to stop (django_outbox.cancel); its task sees it through
+    #: ``context.cancelled()`` after the worker's next heartbeat.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 

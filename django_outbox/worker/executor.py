@@ -7,16 +7,17 @@ from traceback import format_exception
 from typing import Any
 
 from django.db import connections
-from django.tasks import Task, TaskContext
+from django.tasks import Task
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
 
-from django_outbox.exceptions import PermanentFailure, RetryAt
+from django_outbox.exceptions import Cancelled, PermanentFailure, RetryAt
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import build_result, resolve_task
 from django_outbox.models import JobStatus
+from django_outbox.worker import cancellation
 
 
 @lru_cache(maxsize=4096)
@@ -79,22 +80,27 @@ def tidy_connections() -> None:
 def execute(job: ClaimedJob) -> Outcome:
     """Run ``job``; every exception, SystemExit and KeyboardInterrupt included, fails the
     job and never the worker."""
+    flag = cancellation.flag_for(job.id)
     try:
         task = cached_task(job.task_path)
         result = claimed_job_result(task, job)
         task_started.send(type(task.get_backend()), task_result=result)
         if task.takes_context:
-            value = task.call(TaskContext(task_result=result), *job.args, **job.kwargs)
+            context = cancellation.OutboxTaskContext(task_result=result, cancel_flag=flag)
+            value = task.call(context, *job.args, **job.kwargs)
         else:
             value = task.call(*job.args, **job.kwargs)
         return Outcome(job, succeeded=True, return_value=json_return_value(job, value))
-    except RetryAt as exc:
-        return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
-    except PermanentFailure as exc:
-        return Outcome(job, succeeded=False, error=error_record(exc), final=True)
     except BaseException as exc:
+        if flag.is_set() or isinstance(exc, Cancelled):
+            return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
+        if isinstance(exc, RetryAt):
+            return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
+        if isinstance(exc, PermanentFailure):
+            return Outcome(job, succeeded=False, error=error_record(exc), final=True)
         return Outcome(job, succeeded=False, error=error_record(exc))
     finally:
+        cancellation.forget(job.id)
         tidy_connections()
 
 

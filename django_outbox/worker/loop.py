@@ -28,6 +28,7 @@ from django_outbox.jobs.complete import Outcome
 from django_outbox.models import Job, JobStatus
 from django_outbox.wake import Wake, Waker, build_waker
 from django_outbox.wake.polling import PollingWaker
+from django_outbox.worker import cancellation
 from django_outbox.worker.executor import cached_task, claimed_job_result, error_record
 from django_outbox.worker.pool import Pool
 from django_outbox.worker.pruner import Pruner
@@ -483,6 +484,9 @@ class Worker:
         if holding:
             self._next_heartbeat = now + self.settings.HEARTBEAT_SECONDS
             renewed = self._db(lambda: leases.heartbeat(self.id, self.settings.LEASE_SECONDS))
+            if renewed is not None:
+                for job_id in renewed.cancel_requested:
+                    cancellation.request(job_id)
         else:
             self._next_heartbeat = now + max(self.settings.HEARTBEAT_SECONDS, self._poll_seconds)
             # A PostgreSQL listener's heartbeat says it for us.
