@@ -224,6 +224,29 @@ def _merge_retention(raw: dict[str, Any] | None) -> RetentionSettings | None:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """``OUTBOX["QUEUES"][name]``: limits on one queue, shared by every worker."""
+
+    #: At most this many jobs of the queue run at once, across all workers and machines.
+    concurrency: int | None = None
+
+
+def queue_settings_errors(raw: Any) -> list[str]:
+    where = "OUTBOX['QUEUES']"
+    if not isinstance(raw, dict):
+        return [f"{where} must be a dict of queue settings by queue name, not {raw!r}."]
+    errors = []
+    for name, options in raw.items():
+        at = f"{where}[{name!r}]"
+        errors += _shape_errors(options, at, QueueSettings.__dataclass_fields__.keys())
+        if not isinstance(options, dict) or "concurrency" not in options:
+            continue
+        if problem := _number_problem(options["concurrency"], int, 0, 100_000):
+            errors.append(f"{at}['concurrency'] must be {problem}, not {options['concurrency']!r}.")
+    return errors
+
+
+@dataclass(frozen=True, slots=True)
 class OutboxSettings:
     #: Seconds an idle worker waits before looking for due jobs again when it has no
     #: wake-ups (WAKE resolves to "poll").
@@ -251,6 +274,17 @@ class OutboxSettings:
     RETENTION: RetentionSettings | None = None
     #: Cron schedules by name (see django_outbox.schedules; checked by E004).
     SCHEDULES: dict[str, Any] = field(default_factory=dict)
+    #: Limits per queue name (queues not listed have none).
+    QUEUES: dict[str, QueueSettings] = field(default_factory=dict)
+
+    def concurrency_limits(self, queues: Iterable[str]) -> dict[str, int]:
+        """The global concurrency limit of each of ``queues`` that has one."""
+        limits = {}
+        for queue in queues:
+            options = self.QUEUES.get(queue)
+            if options is not None and options.concurrency is not None:
+                limits[queue] = options.concurrency
+        return limits
 
 
 _NUMBER_RULES: dict[str, tuple[type, float]] = {
@@ -300,6 +334,8 @@ def settings_errors(raw: Any) -> list[str]:
         errors.extend(webhook_settings_errors(raw["WEBHOOKS"]))
     if "RETENTION" in raw:
         errors.extend(retention_settings_errors(raw["RETENTION"]))
+    if "QUEUES" in raw:
+        errors.extend(queue_settings_errors(raw["QUEUES"]))
     if "SCHEDULES" in raw and not isinstance(raw["SCHEDULES"], dict):
         errors.append(
             "OUTBOX['SCHEDULES'] must be a dict of schedules by name, "
@@ -335,6 +371,10 @@ def _merge(raw: dict[str, Any]) -> OutboxSettings:
         values["WEBHOOKS"] = _merge_webhooks(values["WEBHOOKS"])
     if "RETENTION" in values:
         values["RETENTION"] = _merge_retention(values["RETENTION"])
+    if "QUEUES" in values:
+        values["QUEUES"] = {
+            name: QueueSettings(**options) for name, options in values["QUEUES"].items()
+        }
     return OutboxSettings(**values)
 
 

@@ -24,7 +24,7 @@ if os.environ.get("OUTBOX_TEST_DB_NAME"):
 TASKS = {
     "default": {
         "BACKEND": "django_outbox.backend.OutboxBackend",
-        "QUEUES": ["default", "emails", "reports", "slow"],
+        "QUEUES": ["default", "emails", "reports", "slow", "limited"],
     }
 }
 
@@ -54,5 +54,9 @@ OUTBOX = {
         "RETRY_SCHEDULE": [0, 0.2, 0.2, 0.2],
     },
 }
+
+if os.environ.get("OUTBOX_TEST_LIMITED"):
+    # Worker subprocesses of the concurrency-limit test share its limit.
+    OUTBOX["QUEUES"] = {"limited": {"concurrency": int(os.environ["OUTBOX_TEST_LIMITED"])}}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -15,14 +15,16 @@ cost PostgreSQL. The returned rows go through the ORM's own converters.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.utils import timezone
 
+from django_outbox import conf
 from django_outbox.jobs.returning import column, returned_rows
 from django_outbox.models import Job, JobStatus
 
@@ -80,12 +82,42 @@ def claim(
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``; [] when none are due.
 
-    Only jobs enqueued through the TASKS alias ``backend`` are claimed.
+    Only jobs enqueued through the TASKS alias ``backend`` are claimed. Queues with a global
+    concurrency limit (``OUTBOX["QUEUES"]``) are claimed on their own, under their lock;
+    the others together, as before, without one.
     """
     if limit < 1 or not queues:
         return []
     now = timezone.now()
     connection = connections[router.db_for_write(Job)]
+    limits = conf.get().concurrency_limits(queues)
+    free = [queue for queue in queues if queue not in limits]
+    rows: list[tuple[Any, ...]] = []
+    if free:
+        rows += _run_claim(connection, worker_id, free, limit, lease_seconds, backend, now)
+    for queue, most in limits.items():
+        if len(rows) >= limit:
+            break
+        rows += _claim_limited(
+            connection, worker_id, queue, most, limit - len(rows), lease_seconds, backend, now
+        )
+    decode = returned_rows(connection, Job, RETURNED_FIELDS)
+    claimed = [ClaimedJob(**decode(row), last_attempted_at=now) for row in rows]
+    # RETURNING comes in no particular order: restore the claim order.
+    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+    return claimed
+
+
+def _run_claim(
+    connection: Any,
+    worker_id: str,
+    queues: list[str],
+    limit: int,
+    lease_seconds: float,
+    backend: str,
+    now: datetime,
+    running_limit: int | None = None,
+) -> list[tuple[Any, ...]]:
     adapt = connection.ops.adapt_datetimefield_value
     params = [
         worker_id,
@@ -98,15 +130,48 @@ def claim(
         backend,
         limit,
     ]
+    if running_limit is not None:
+        params += [running_limit, queues[0]]
+    sql = _claim_sql(connection.vendor, connection.alias, len(queues), running_limit is not None)
     with connection.cursor() as cursor:
-        cursor.execute(_claim_sql(connection.vendor, connection.alias, len(queues)), params)
-        rows = cursor.fetchall()
-    decode = returned_rows(connection, Job, RETURNED_FIELDS)
-    rows = [decode(row) for row in rows]
-    claimed = [ClaimedJob(**row, last_attempted_at=now) for row in rows]
-    # RETURNING comes in no particular order: restore the claim order.
-    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-    return claimed
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _claim_limited(
+    connection: Any,
+    worker_id: str,
+    queue: str,
+    most: int,
+    limit: int,
+    lease_seconds: float,
+    backend: str,
+    now: datetime,
+) -> list[tuple[Any, ...]]:
+    """Claim from a queue that may run at most ``most`` jobs at once, everywhere.
+
+    The statement counts the queue's running jobs and claims no more than the difference.
+    Two such statements must not count at the same time: on PostgreSQL they run in a
+    transaction holding the queue's advisory lock (only claims of this queue wait for it);
+    SQLite runs one writing statement at a time anyway.
+    """
+    with transaction.atomic(using=connection.alias):
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_CLASS, _key(queue)])
+        return _run_claim(
+            connection, worker_id, [queue], limit, lease_seconds, backend, now, running_limit=most
+        )
+
+
+#: The first key of the advisory locks of limited queues ("outb").
+LOCK_CLASS = 0x6F757462
+
+
+def _key(queue: str) -> int:
+    """A queue's advisory lock key: a signed 32-bit hash of its name."""
+    value = zlib.crc32(queue.encode())
+    return value - 2**32 if value >= 2**31 else value
 
 
 def next_due(queues: list[str], backend: str = "default") -> datetime | None:
@@ -122,7 +187,7 @@ def next_due(queues: list[str], backend: str = "default") -> datetime | None:
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(vendor: str, alias: str, queue_count: int) -> str:
+def _claim_sql(vendor: str, alias: str, queue_count: int, limited: bool = False) -> str:
     """The claim for ``queue_count`` queues on the database ``alias``, built once.
 
     The inner SELECT is ``Job.objects.due(…)`` with ``select_for_update(skip_locked=True)``
@@ -142,6 +207,14 @@ def _claim_sql(vendor: str, alias: str, queue_count: int) -> str:
     if connection.features.has_select_for_update_skip_locked:
         lock = " " + connection.ops.for_update_sql(skip_locked=True)
     queues = ", ".join(["%s"] * queue_count)
+    limit = "%s"
+    if limited:
+        # No more than the queue's limit minus its running jobs (never below zero).
+        least, greatest = ("LEAST", "GREATEST") if vendor == "postgresql" else ("MIN", "MAX")
+        limit = (
+            f"(SELECT {greatest}(0, {least}(%s, %s - COUNT(*))) FROM {table} "
+            f"WHERE status = '{JobStatus.RUNNING.value}' AND queue = %s)"
+        )
     # PostgreSQL: "= ANY(ARRAY(…))" runs the locking SELECT first, then updates its rows by
     # primary key; with "IN (SELECT …)" the planner may hash-join the whole table instead.
     among = "= ANY(ARRAY(" if vendor == "postgresql" else "IN ("
@@ -153,6 +226,6 @@ def _claim_sql(vendor: str, alias: str, queue_count: int) -> str:
         f"last_attempted_at = %s, worker_ids = {append} "
         f"WHERE id {among}SELECT id FROM {table} WHERE status = '{JobStatus.QUEUED.value}' "
         f"AND queue IN ({queues}) AND run_at <= %s AND backend = %s "
-        f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT %s{lock}{close} "
+        f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}{lock}{close} "
         f"RETURNING {returning}"
     )

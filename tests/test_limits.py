@@ -1,0 +1,73 @@
+"""Global concurrency limits per queue: at most N jobs of a limited queue run at once,
+across every worker and process; other queues claim as before."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext, override_settings
+
+from django_outbox.jobs.claim import claim
+from django_outbox.models import Job, JobStatus
+from tests import tasks
+from tests.conftest import wait_until
+from tests.models import Execution
+
+LIMITED = {"OUTBOX": settings.OUTBOX | {"QUEUES": {"limited": {"concurrency": 2}}}}
+
+
+@pytest.mark.django_db
+@override_settings(**LIMITED)
+def test_a_claim_takes_no_more_than_the_queues_limit_leaves_room_for():
+    for _ in range(5):
+        tasks.add.using(queue_name="limited").enqueue(1, 2)
+    for _ in range(3):
+        tasks.add.enqueue(1, 2)
+    first = claim("w1", ["default", "limited"], 10, 30)
+    assert sorted(job.queue for job in first) == ["default"] * 3 + ["limited"] * 2
+    assert claim("w2", ["limited"], 10, 30) == []  # two run: the queue is full
+    done = next(job for job in first if job.queue == "limited")
+    Job.objects.filter(pk=done.id).update(status=JobStatus.SUCCEEDED)
+    assert len(claim("w2", ["limited"], 10, 30)) == 1  # one finished: room for one
+
+
+@pytest.mark.django_db
+def test_queues_without_a_limit_claim_in_one_statement_as_before():
+    tasks.add.enqueue(1, 2)
+    with CaptureQueriesContext(connection) as queries:
+        assert len(claim("w1", ["default", "emails"], 10, 30)) == 1
+    assert len(queries) == 1
+    with override_settings(**LIMITED), CaptureQueriesContext(connection) as queries:
+        claim("w1", ["default", "limited"], 10, 30)
+    # The limited queue's claim: its own statement, under its lock on PostgreSQL.
+    sql = " ".join(q["sql"] for q in queries)
+    assert ("pg_advisory_xact_lock" in sql) == (connection.vendor == "postgresql")
+    assert "COUNT(*)" in sql
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_worker_processes_never_run_more_than_the_limit_at_once(start_worker):
+    jobs = [
+        tasks.record_run.using(queue_name="limited").enqueue(f"run-{n}", 0.3) for n in range(12)
+    ]
+    env = {"OUTBOX_TEST_LIMITED": "2"}
+    _workers = [
+        start_worker("--queues", "limited", "--concurrency", "4", extra_env=env) for _ in range(4)
+    ]
+    wait_until(
+        lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == len(jobs),
+        60,
+        "every job to succeed",
+    )
+    runs = list(Execution.objects.all())
+    assert len(runs) == 12 and len({run.worker.rsplit(":", 1)[0] for run in runs}) >= 2
+    # The most runs in progress at any moment: at every start, count the runs under way.
+    overlap = max(
+        sum(1 for other in runs if other.started <= run.started < other.finished) for run in runs
+    )
+    assert overlap == 2  # the limit was used, and never exceeded
+    span = max(r.finished for r in runs) - min(r.started for r in runs)
+    assert span >= timedelta(seconds=0.3 * 12 / 2 * 0.9)
