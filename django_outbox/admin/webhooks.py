@@ -39,6 +39,22 @@ def list_link(model: Any, text: str, **filters: Any) -> SafeString:
     return format_html('<a href="{}?{}">{}</a>', url, query, text)
 
 
+def resend_all(
+    admin_: admin.ModelAdmin, request: HttpRequest, deliveries: QuerySet[Delivery]
+) -> None:
+    """Resend each delivery (a new round), and say how many went and how many were busy."""
+    queued = busy = 0
+    for delivery in deliveries:
+        if webhooks.resend(delivery):
+            queued += 1
+        else:
+            busy += 1
+    text = f"Deliveries queued again: {queued}."
+    if busy:
+        text += f" {busy} were being delivered already and were left as they were."
+    admin_.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
+
+
 class RecoverForm(forms.Form):
     since = forms.DateTimeField(
         label="Resend the failed deliveries created since",
@@ -208,17 +224,8 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Replay to all its endpoints", permissions=["act"])
     def replay(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
-        queued = busy = 0
         deliveries = Delivery.objects.filter(message__in=queryset).select_related("endpoint")
-        for delivery in deliveries:
-            if webhooks.resend(delivery):
-                queued += 1
-            else:
-                busy += 1
-        text = f"Deliveries queued again: {queued}."
-        if busy:
-            text += f" {busy} were being delivered already and were left as they were."
-        self.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
+        resend_all(self, request, deliveries)
 
 
 class AttemptInline(admin.TabularInline):
@@ -293,16 +300,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Resend now (a new round of attempts)", permissions=["act"])
     def resend(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
-        queued = busy = 0
-        for delivery in queryset:
-            if webhooks.resend(delivery):
-                queued += 1
-            else:
-                busy += 1
-        text = f"Deliveries queued again: {queued}."
-        if busy:
-            text += f" {busy} were being delivered already and were left as they were."
-        self.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
+        resend_all(self, request, queryset)
 
 
 @admin.register(Attempt)

@@ -6,38 +6,31 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from django_outbox import retention
 from django_outbox.conf import RetentionSettings
+from django_outbox.worker.background import BackgroundThread
 
 logger = logging.getLogger("django_outbox.worker")
 
 
-class Pruner:
+class Pruner(BackgroundThread):
+    name = "outbox-pruner"
+
     def __init__(self, settings: RetentionSettings, worker_id: str) -> None:
+        super().__init__()
         self.settings = settings
         self.worker_id = worker_id
         self.rounds = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="outbox-pruner", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+    def first_wait(self) -> float:
+        return random.uniform(0, self.settings.EVERY_SECONDS)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop after the statement in progress (a chunk takes at most 10,000 rows)."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        every = self.settings.EVERY_SECONDS
-        wait = random.uniform(0, every)
-        while not self._stop.wait(wait):
-            self.prune_once()
-            wait = every * random.uniform(0.9, 1.1)
+    def round(self) -> float:
+        self.prune_once()
+        return self.settings.EVERY_SECONDS * random.uniform(0.9, 1.1)
 
     def prune_once(self) -> retention.Pruned | None:
         try:
@@ -50,7 +43,6 @@ class Pruner:
             logger.warning("worker %s: pruning failed, tried again later (%s)", self.worker_id, exc)
             return None
         finally:
-            connections.close_all()  # this thread's connections only
             self.rounds += 1
         if pruned.total:
             logger.info(
@@ -62,7 +54,7 @@ class Pruner:
         return pruned
 
     def _check_stop(self, pruned: retention.Pruned) -> None:
-        if self._stop.is_set():
+        if self.stopping:
             raise _Stopped
 
 

@@ -5,12 +5,12 @@ read again), then enqueues what is due and no other worker has enqueued."""
 from __future__ import annotations
 
 import logging
-import threading
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 from django.utils import timezone
 
 from django_outbox import schedules
+from django_outbox.worker.background import BackgroundThread
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -18,24 +18,16 @@ logger = logging.getLogger("django_outbox.worker")
 MAX_SLEEP = 60.0
 
 
-class Scheduler:
+class Scheduler(BackgroundThread):
+    name = "outbox-scheduler"
+
     def __init__(self, worker_id: str) -> None:
+        super().__init__()
         self.worker_id = worker_id
         self.enqueued = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="outbox-scheduler", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        wait = 0.0
-        while not self._stop.wait(wait):
-            wait = self.look()
+    def round(self) -> float:
+        return self.look()
 
     def look(self) -> float:
         """Enqueue what is due; returns the seconds until the next look."""
@@ -45,8 +37,6 @@ class Scheduler:
         except DatabaseError as exc:
             logger.warning("worker %s: schedules not checked (%s)", self.worker_id, exc)
             return MAX_SLEEP / 4
-        finally:
-            connections.close_all()  # this thread's connections only
         for result in results:
             self.enqueued += 1
             logger.info(
