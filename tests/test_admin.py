@@ -329,3 +329,17 @@ def test_an_unfiltered_large_list_is_counted_from_postgresqls_estimate(admin_cli
     assert unfiltered.result_count == estimate == 30
     filtered = admin_client.get("/admin/django_outbox/job/?status__exact=queued").context["cl"]
     assert filtered.result_count == 20  # filtered lists are counted exactly
+
+
+def test_the_schedules_list_shows_each_schedules_task_cron_and_next_tick(admin_client, settings):
+    from django_outbox import schedules
+    from django_outbox.models import ScheduleState
+
+    settings.OUTBOX = settings.OUTBOX | {
+        "SCHEDULES": {"nightly": {"task": "tests.tasks.noop", "cron": "0 3 * * *"}}
+    }
+    schedules.enqueue_due()  # a first look records the schedule
+    ScheduleState.objects.create(name="retired", last_tick=timezone.now())
+    page = admin_client.get("/admin/django_outbox/schedulestate/").content.decode()
+    assert "tests.tasks.noop" in page and "0 3 * * * (UTC)" in page and "03:00:00 (in " in page
+    assert "(no longer in OUTBOX[&#x27;SCHEDULES&#x27;])" in page

@@ -11,9 +11,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_outbox import schedules
 from django_outbox.admin import display, lists, overview
 from django_outbox.jobs import operations
-from django_outbox.models import Job, Worker
+from django_outbox.models import Job, ScheduleState, Worker
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -185,3 +186,35 @@ class WorkerAdmin(ReadOnlyAdmin):
         if overview.is_alive(worker, timezone.now()):
             return display.status_badge("succeeded", "alive")
         return display.status_badge("failed", "silent")
+
+
+@admin.register(ScheduleState)
+class ScheduleAdmin(ReadOnlyAdmin):
+    """The cron schedules of ``OUTBOX["SCHEDULES"]`` as the workers last saw them."""
+
+    list_display = ["name", "task", "cron", "last_tick", "next_tick"]
+    ordering = ["name"]
+    actions: list[str] = []
+
+    def _schedule(self, state: ScheduleState) -> Any:
+        return {s.name: s for s in schedules.schedules()}.get(state.name)
+
+    @admin.display(description="task")
+    def task(self, state: ScheduleState) -> str:
+        schedule = self._schedule(state)
+        return schedule.task if schedule else "(no longer in OUTBOX['SCHEDULES'])"
+
+    @admin.display(description="cron")
+    def cron(self, state: ScheduleState) -> str:
+        schedule = self._schedule(state)
+        return f"{schedule.cron} ({schedule.timezone})" if schedule else ""
+
+    @admin.display(description="next tick")
+    def next_tick(self, state: ScheduleState) -> str:
+        schedule = self._schedule(state)
+        if schedule is None:
+            return display.NOTHING
+        tick = schedule.next_tick(max(state.last_tick, timezone.now()))
+        return (
+            f"{timezone.localtime(tick):%Y-%m-%d %H:%M:%S} (in {display.age(timezone.now(), tick)})"
+        )

@@ -16,6 +16,7 @@ class ScheduleState(models.Model):
 
     class Meta:
         db_table = "django_outbox_schedule_state"
+        verbose_name = "schedule"
 
     def __str__(self) -> str:
         return f"{self.name} (last tick {self.last_tick:%Y-%m-%d %H:%M} UTC)"
