@@ -3,11 +3,13 @@ across every worker and process; other queues claim as before."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox.jobs.claim import claim
@@ -71,3 +73,25 @@ def test_four_worker_processes_never_run_more_than_the_limit_at_once(start_worke
     assert overlap == 2  # the limit was used, and never exceeded
     span = max(r.finished for r in runs) - min(r.started for r in runs)
     assert span >= timedelta(seconds=0.3 * 12 / 2 * 0.9)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(**LIMITED)
+def test_a_burst_worker_waits_for_room_in_a_limited_queue_rather_than_leave(run_worker):
+    for _ in range(3):
+        tasks.add.using(queue_name="limited").enqueue(1, 2)
+    # Another worker (gone quiet, say) holds the queue's two places for a moment.
+    held = list(Job.objects.filter(queue="limited").order_by("pk")[:2])
+    Job.objects.filter(pk__in=[j.pk for j in held]).update(status=JobStatus.RUNNING)
+
+    def free_the_places() -> None:
+        time.sleep(0.5)
+        Job.objects.filter(pk__in=[j.pk for j in held]).update(status=JobStatus.SUCCEEDED)
+        connections.close_all()
+
+    freer = threading.Thread(target=free_the_places)
+    freer.start()
+    stats = run_worker(queues=["limited"])
+    freer.join()
+    assert stats.succeeded == 1  # it waited for a place, then ran the third job
+    assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.SUCCEEDED}

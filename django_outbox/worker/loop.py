@@ -19,6 +19,7 @@ from typing import Any
 from django.db import Error as DatabaseErrors
 from django.db import InterfaceError, OperationalError, connections, router
 from django.tasks.signals import task_finished
+from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_outbox import conf
@@ -199,11 +200,23 @@ class Worker:
                 self._next_claim = 0.0
                 if self._refill():
                     continue
+                if self._due_behind_a_limit():
+                    # Due jobs wait for room in a limited queue: wait for it, not leave.
+                    self._stop.wait(self._poll_seconds)
+                    continue
                 logger.info("worker %s: nothing is due; leaving (burst)", self.id)
                 return
             now = time.monotonic()
             until = min(self._next_claim, self._next_heartbeat, self._next_rescue)
             self._apply(self.waker.wait(max(0.0, until - now)))
+
+    def _due_behind_a_limit(self) -> bool:
+        """Whether a queue of this worker with a concurrency limit has a due job."""
+        limited = list(self.settings.concurrency_limits(self.queues))
+        if not limited:
+            return False
+        due = self._db(lambda: claim.next_due(limited, self.backend))
+        return due is not None and due <= timezone.now()
 
     @property
     def _poll_seconds(self) -> float:
