@@ -343,3 +343,28 @@ def test_the_schedules_list_shows_each_schedules_task_cron_and_next_tick(admin_c
     page = admin_client.get("/admin/django_outbox/schedulestate/").content.decode()
     assert "tests.tasks.noop" in page and "0 3 * * * (UTC)" in page and "03:00:00 (in " in page
     assert "(no longer in OUTBOX[&#x27;SCHEDULES&#x27;])" in page
+
+
+def test_the_date_hierarchy_drills_down_without_reading_the_tables_dates(admin_client):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    today = timezone.localdate()
+    recent = a_job()
+    old = a_job()
+    Job.objects.filter(pk=old.pk).update(enqueued_at=timezone.now() - timedelta(days=400))
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get("/admin/django_outbox/job/").content.decode()
+    assert f"?enqueued_at__year={today.year}" in page
+    assert f"?enqueued_at__year={today.year - 2}" in page  # the last three years, by the calendar
+    sql = " ".join(q["sql"] for q in queries).upper()
+    assert "TRUNC" not in sql and "MIN(" not in sql  # no scan of the table's dates
+    months = admin_client.get(f"/admin/django_outbox/job/?enqueued_at__year={today.year}")
+    assert f"enqueued_at__month={today.month}" in months.content.decode()
+    assert f"enqueued_at__month={today.month + 1}&" not in months.content.decode()  # no future
+    day = (
+        f"/admin/django_outbox/job/?enqueued_at__year={today.year}"
+        f"&enqueued_at__month={today.month}&enqueued_at__day={today.day}"
+    )
+    listed = [job.pk for job in admin_client.get(day).context["cl"].result_list]
+    assert listed == [recent.pk]  # Django's own filtering by the chosen day

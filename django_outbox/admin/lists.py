@@ -4,8 +4,8 @@ Django's defaults read a whole table on every page in three places: the paginato
 COUNT(*), a list filter on a plain field (SELECT DISTINCT over the table, for its
 choices), and the date hierarchy (MIN, MAX, then DISTINCT years or months). Here the
 paginator estimates an unfiltered PostgreSQL table's size from its statistics, the queue
-and task filters offer the values of live and recent jobs only, and dates are filtered
-with Django's date filters (today, past 7 days, this month…), which cost no query.
+and task filters offer the values of live and recent jobs only, and the date hierarchy
+offers the calendar rather than the table's distinct dates (templatetags/outbox_admin.py).
 """
 
 from __future__ import annotations

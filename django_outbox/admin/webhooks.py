@@ -206,7 +206,8 @@ class DeliveryInline(admin.TabularInline):
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     list_display = ["id", "uid", "event_type", "tenant", "idempotency_key", "created_at", "sent"]
-    list_filter = [lists.EventTypeFilter, lists.TenantFilter, "created_at"]
+    list_filter = [lists.EventTypeFilter, lists.TenantFilter]
+    date_hierarchy = "created_at"
     search_fields = ["=uid", "=event_type", "=idempotency_key", "=tenant"]
     ordering = ["-id"]
     exclude = ["body"]
@@ -267,8 +268,8 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "status",
         ("endpoint", admin.RelatedOnlyFieldListFilter),
         lists.DeliveryTenantFilter,
-        "created_at",
     ]
+    date_hierarchy = "created_at"
     list_select_related = ["message", "endpoint"]
     search_fields = ["=message__uid", "message__event_type", "=message__idempotency_key"]
     ordering = ["-id"]
@@ -314,7 +315,8 @@ class AttemptAdmin(ReadOnlyAdmin):
         "outcome",
         "error",
     ]
-    list_filter = ["succeeded", lists.AnswerFilter, "started_at"]
+    list_filter = ["succeeded", lists.AnswerFilter]
+    date_hierarchy = "started_at"
     list_select_related = ["delivery"]
     ordering = ["-id"]
     exclude = ["delivery", "response_headers", "response_body"]
