@@ -21,6 +21,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows are written by the engine, never edited by hand: actions change them."""
 
     show_full_result_count = False  # no second COUNT(*) of a large table on every page
+    show_facets = admin.ShowFacets.NEVER  # a COUNT per filter choice, on demand: too dear
     paginator = lists.EstimatedCountPaginator
     # Its date hierarchy offers the calendar, not the table's DISTINCT dates: see
     # templatetags/outbox_admin.py.
