@@ -165,7 +165,13 @@ def _prune_messages(pruned: Pruned, cutoff: datetime, report: Callable[[Pruned],
         while deleted := sql.delete_chunk(Attempt, of_done, []):
             pruned.counts["attempts"] += deleted
             report(pruned)
-        while deleted := sql.delete_chunk(Delivery, done, []):
+        # A delivery resent and attempted since its attempts went stays for the next prune.
+        attempt = sql.table(Attempt)
+        unattempted = (
+            f"{done} AND NOT EXISTS (SELECT 1 FROM {attempt} "
+            f"WHERE {attempt}.delivery_id = {delivery}.id)"
+        )
+        while deleted := sql.delete_chunk(Delivery, unattempted, []):
             pruned.counts["deliveries"] += deleted
             report(pruned)
         with sql.connection.cursor() as cursor:

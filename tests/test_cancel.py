@@ -66,3 +66,32 @@ def test_a_finished_job_is_left_as_it_is_and_an_unknown_one_is_an_error(run_work
         django_outbox.cancel(10**9)
     with pytest.raises(TaskResultDoesNotExist, match="not a job id"):
         django_outbox.cancel("seven")
+
+
+def test_retry_now_starts_a_fresh_run_without_the_old_stop_request():
+    from django_outbox.jobs import operations
+
+    result = tasks.add.enqueue(1, 2)
+    Job.objects.filter(pk=result.id).update(status=JobStatus.RUNNING)
+    assert django_outbox.cancel(result) == "requested"
+    Job.objects.filter(pk=result.id).update(status=JobStatus.CANCELLED)
+    operations.retry_now(Job.objects.filter(pk=result.id))
+    job = Job.objects.get(pk=result.id)
+    assert job.status == JobStatus.QUEUED and job.cancel_requested_at is None
+
+
+def test_a_job_asked_to_stop_whose_worker_died_ends_cancelled_not_run_again():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_outbox.jobs import leases
+
+    result = tasks.add.enqueue(1, 2)
+    Job.objects.filter(pk=result.id).update(
+        status=JobStatus.RUNNING, worker_id="gone", lease_until=timezone.now() - timedelta(1)
+    )
+    django_outbox.cancel(result)
+    assert leases.rescue_expired().failed == 1
+    job = Job.objects.get(pk=result.id)
+    assert job.status == JobStatus.CANCELLED and job.finished_at is not None

@@ -95,3 +95,13 @@ def test_a_burst_worker_waits_for_room_in_a_limited_queue_rather_than_leave(run_
     freer.join()
     assert stats.succeeded == 1  # it waited for a place, then ran the third job
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.SUCCEEDED}
+
+
+@pytest.mark.django_db
+@override_settings(**LIMITED)
+def test_a_backlog_in_other_queues_does_not_crowd_out_a_limited_queue():
+    for _ in range(20):
+        tasks.add.enqueue(1, 2)
+    tasks.add.using(queue_name="limited").enqueue(1, 2)
+    claimed = claim("w1", ["default", "limited"], 5, 30)
+    assert sorted(job.queue for job in claimed) == ["default"] * 4 + ["limited"]

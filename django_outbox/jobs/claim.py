@@ -15,18 +15,21 @@ cost PostgreSQL. The returned rows go through the ORM's own converters.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.jobs.returning import column, returned_rows
 from django_outbox.models import Job, JobStatus
+
+logger = logging.getLogger("django_outbox.worker")
 
 RETURNED_FIELDS = (
     "id",
@@ -83,8 +86,9 @@ def claim(
     """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``; [] when none are due.
 
     Only jobs enqueued through the TASKS alias ``backend`` are claimed. Queues with a global
-    concurrency limit (``OUTBOX["QUEUES"]``) are claimed on their own, under their lock;
-    the others together, as before, without one.
+    concurrency limit (``OUTBOX["QUEUES"]``) are claimed first, each on its own under its
+    lock; the others together, as before, without one. Should a later statement fail, the
+    jobs the earlier ones claimed are returned, not lost.
     """
     if limit < 1 or not queues:
         return []
@@ -93,14 +97,29 @@ def claim(
     limits = conf.get().concurrency_limits(queues)
     free = [queue for queue in queues if queue not in limits]
     rows: list[tuple[Any, ...]] = []
-    if free:
-        rows += _run_claim(connection, worker_id, free, limit, lease_seconds, backend, now)
+    # Limited queues first: each takes at most its free places, so the unlimited ones,
+    # which take the rest of the batch, cannot crowd them out.
     for queue, most in limits.items():
         if len(rows) >= limit:
             break
-        rows += _claim_limited(
-            connection, worker_id, queue, most, limit - len(rows), lease_seconds, backend, now
-        )
+        try:
+            rows += _claim_limited(
+                connection, worker_id, queue, most, limit - len(rows), lease_seconds, backend, now
+            )
+        except DatabaseError:
+            if not rows:
+                raise
+            logger.warning("claim of limited queue %s failed; keeping what was claimed", queue)
+            break
+    if free and len(rows) < limit:
+        try:
+            rows += _run_claim(
+                connection, worker_id, free, limit - len(rows), lease_seconds, backend, now
+            )
+        except DatabaseError:
+            if not rows:
+                raise
+            logger.warning("claim of queues %s failed; keeping what was claimed", free)
     decode = returned_rows(connection, Job, RETURNED_FIELDS)
     claimed = [ClaimedJob(**decode(row), last_attempted_at=now) for row in rows]
     # RETURNING comes in no particular order: restore the claim order.

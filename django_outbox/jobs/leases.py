@@ -53,7 +53,9 @@ def heartbeat(worker_id: str, lease_seconds: float) -> Renewed:
     to stop, in one statement."""
     now = timezone.now()
     rows = update_returning(
-        Job.objects.filter(status=JobStatus.RUNNING, worker_id=worker_id),
+        Job.objects.using(router.db_for_write(Job)).filter(
+            status=JobStatus.RUNNING, worker_id=worker_id
+        ),
         {"lease_until": now + timedelta(seconds=lease_seconds)},
         ["id", "cancel_requested_at"],
     )
@@ -104,22 +106,26 @@ def rescue_expired() -> Rescued:
         "traceback": f"{WorkerLost.__qualname__}: {WorkerLost.__doc__}",
     }
     last_attempt = Q(attempts__gte=F("max_attempts"))
+    # A job someone asked to stop is not run again: it ends cancelled.
+    asked_to_stop = Q(cancel_requested_at__isnull=False)
+    ends = last_attempt | asked_to_stop
     rows = update_returning(
         Job.objects.using(router.db_for_write(Job)).expired_leases(now),
         {
             "status": Case(
+                When(asked_to_stop, then=Value(JobStatus.CANCELLED.value)),
                 When(last_attempt, then=Value(JobStatus.FAILED.value)),
                 default=Value(JobStatus.QUEUED.value),
             ),
-            "finished_at": Case(When(last_attempt, then=Value(now)), default=F("finished_at")),
-            "run_at": Case(When(last_attempt, then=F("run_at")), default=Value(now)),
+            "finished_at": Case(When(ends, then=Value(now)), default=F("finished_at")),
+            "run_at": Case(When(ends, then=F("run_at")), default=Value(now)),
             "lease_until": None,
             "worker_id": None,
             "errors": JSONAppend("errors", lost),
         },
         ["status"],
     )
-    failed = sum(1 for row in rows if row["status"] == JobStatus.FAILED)
+    failed = sum(1 for row in rows if row["status"] != JobStatus.QUEUED)
     return Rescued(requeued=len(rows) - failed, failed=failed)
 
 

@@ -54,6 +54,7 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
                         status=JobStatus.QUEUED,
                         run_at=now,
                         finished_at=None,
+                        cancel_requested_at=None,  # a new run, without the old request
                         max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
                     )
                 )

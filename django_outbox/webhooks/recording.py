@@ -202,7 +202,7 @@ def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[En
 
 def _disable(endpoints: object, reason: str, now: datetime) -> list[tuple[Endpoint, str]]:
     rows = update_returning(
-        endpoints,  # type: ignore[arg-type]
+        endpoints.using(router.db_for_write(Endpoint)),  # type: ignore[attr-defined]
         {"active": False, "disabled_reason": reason, "disabled_at": now},
         ["id"],
     )

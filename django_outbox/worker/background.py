@@ -3,9 +3,15 @@ each round on its own database connections, closed after the round."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from django.db import connections
+
+logger = logging.getLogger("django_outbox.worker")
+
+#: Seconds before a round that failed is tried again.
+RETRY = 60.0
 
 
 class BackgroundThread:
@@ -41,5 +47,9 @@ class BackgroundThread:
         while not self._stop.wait(wait):
             try:
                 wait = self.round()
+            except Exception:
+                # A bad schedule or a bug must not end the thread unseen: say so, go on.
+                logger.exception("%s: the round failed; trying again in %g s", self.name, RETRY)
+                wait = RETRY
             finally:
                 connections.close_all()  # this thread's connections only
