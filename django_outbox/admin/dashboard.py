@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -81,8 +83,6 @@ class DashboardAdmin(admin.ModelAdmin):
         return False
 
     def get_urls(self) -> list[Any]:
-        from django.urls import path
-
         view = self.admin_site.admin_view(self.changelist_view)
         info = self.opts.app_label, self.opts.model_name
         return [path("", view, name=f"{info[0]}_{info[1]}_changelist")]
@@ -91,8 +91,6 @@ class DashboardAdmin(admin.ModelAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         if not self.has_view_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         data = overview.overview()
         context = {

@@ -33,13 +33,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def can_change(self, request: HttpRequest) -> bool:
+    def has_act_permission(self, request: HttpRequest) -> bool:
         """What the actions check: the model's real change permission."""
         meta = self.model._meta
         return request.user.has_perm(f"{meta.app_label}.change_{meta.model_name}")
-
-    def has_act_permission(self, request: HttpRequest) -> bool:
-        return self.can_change(request)
 
 
 def report(admin_: admin.ModelAdmin, request: HttpRequest, what: str, changed: Any) -> None:

@@ -22,12 +22,11 @@ def update_returning(
     changed, the fields named in ``returning`` (after the change), in no particular order."""
     connection = connections[queryset.db]
     sql, params = update_sql(queryset, values)
-    fields = [_field(queryset.model, name) for name in returning]
-    columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
+    columns = ", ".join(connection.ops.quote_name(column(queryset.model, n)) for n in returning)
     with connection.cursor() as cursor:
         cursor.execute(f"{sql} RETURNING {columns}", params)
         rows = cursor.fetchall()
-    decode = _row_decoder(connection, queryset.model, fields)
+    decode = returned_rows(connection, queryset.model, returning)
     return [decode(row) for row in rows]
 
 
