@@ -97,6 +97,25 @@ def overruns(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@task(takes_context=True, timeout=0.2, max_attempts=1)
+def stops_when_told(context: TaskContext, seconds: float) -> str:
+    """Works in small steps for up to ``seconds``, stopping early once cancelled; records
+    in its Execution row's key whether it was told to stop."""
+    execution = Execution.objects.create(
+        job_id=int(context.task_result.id),
+        attempt=context.attempt,
+        worker=context.task_result.worker_ids[-1],
+        started=timezone.now(),
+    )
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not context.cancelled():
+        time.sleep(0.01)
+    execution.key = "told to stop" if context.cancelled() else "ran to the end"
+    execution.finished = timezone.now()
+    execution.save(update_fields=["key", "finished"])
+    return execution.key
+
+
 @task(queue_name="emails")
 def email(to: str) -> str:
     return to
@@ -104,7 +123,7 @@ def email(to: str) -> str:
 
 @task(takes_context=True, timeout=0.2, max_attempts=2, backoff_base=0.01, backoff_cap=0.02)
 def overruns_first_time(context: TaskContext) -> int:
-    """The first attempt runs over its timeout; the second is quick."""
+    """The first attempt runs far over its timeout; the second is quick."""
     execution = Execution.objects.create(
         job_id=int(context.task_result.id),
         attempt=context.attempt,
@@ -113,7 +132,7 @@ def overruns_first_time(context: TaskContext) -> int:
         started=timezone.now(),
     )
     if context.attempt == 1:
-        time.sleep(0.6)
+        time.sleep(1.5)
     execution.finished = timezone.now()
     execution.save(update_fields=["finished"])
     return context.attempt

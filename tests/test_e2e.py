@@ -125,6 +125,31 @@ def test_the_supervisor_replaces_a_worker_process_that_dies(start_worker):
     assert not alive_after_stop.exists()  # both live ones said goodbye
 
 
+def test_a_process_with_a_thread_stuck_past_a_timeout_drains_and_is_replaced(start_worker):
+    stuck = tasks.overruns.enqueue(600)  # timeout 0.2 s: its thread is stuck for good
+    supervisor = start_worker("--processes", "2", "--concurrency", "2")
+    wait_until(
+        lambda: Job.objects.get(pk=stuck.id).status == JobStatus.FAILED,
+        what="the stuck job to be recorded as timed out",
+    )
+    # The process that ran it leaves, and a fresh one takes its place.
+    wait_until(lambda: Worker.objects.count() == 3, what="a replacement worker")
+    wait_until(lambda: Worker.objects.filter(stopped_at=None).count() == 2, what="two live workers")
+    result = tasks.add.enqueue(20, 22)
+    wait_until(
+        lambda: Job.objects.get(pk=result.id).status == JobStatus.SUCCEEDED,
+        what="the fleet to run a job",
+    )
+    supervisor.send(signal.SIGTERM)
+    assert supervisor.wait() == 0, supervisor.log()
+    log = supervisor.log()
+    assert "its thread cannot be stopped and is still running here" in log
+    assert "time.sleep(seconds)" in log
+    assert "drained after a job's thread got stuck past its timeout; starting a fresh one" in log
+    job = Job.objects.get(pk=stuck.id)
+    assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
+
+
 @pytest.mark.skipif(
     connection.vendor != "postgresql", reason="pg_terminate_backend is PostgreSQL's"
 )

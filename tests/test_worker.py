@@ -11,6 +11,7 @@ import django_outbox
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker import Worker
 from tests import tasks
+from tests.conftest import wait_until
 from tests.models import Execution
 
 
@@ -110,21 +111,45 @@ def test_a_return_value_json_cannot_hold_fails_the_job(run_worker):
     assert "returned a value JSON cannot hold" in job.errors[0]["traceback"]
 
 
-def test_a_job_over_its_timeout_is_failed_once_its_thread_returns_never_overlapping(
-    run_worker,
+def test_a_job_over_its_timeout_is_failed_at_its_timeout_while_its_thread_runs_on(
+    run_worker, caplog
 ):
-    result = tasks.overruns.enqueue(0.6)  # timeout 0.2 s, max_attempts 1
+    result = tasks.overruns.enqueue(1.5)  # timeout 0.2 s, max_attempts 1
     quick = tasks.add.enqueue(1, 2)
     started = timezone.now()
-    run_worker(concurrency=2, shutdown_timeout=5)
+    stats = run_worker(concurrency=2, shutdown_timeout=5)
     job = job_of(result)
     assert job.status == JobStatus.FAILED
     assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
     assert "ran over its 0.2 s timeout" in job.errors[0]["traceback"]
-    # It stayed leased until its thread returned, so no other run could overlap it.
-    assert job.finished_at - started >= timedelta(seconds=0.6)
+    # Recorded at the timeout, not when the function returned 1.5 s after it started.
+    assert job.finished_at - started < timedelta(seconds=1.2)
+    assert job.worker_id is None and job.lease_until is None
     assert job_of(quick).status == JobStatus.SUCCEEDED
-    assert job_of(quick).finished_at < job.finished_at
+    assert (stats.succeeded, stats.failed) == (1, 1)
+    # The stuck thread is reported with where it is stuck.
+    report = next(
+        r.getMessage() for r in caplog.records if "over its 0.2 s timeout" in r.getMessage()
+    )
+    assert "its thread cannot be stopped and is still running here" in report
+    assert "time.sleep(seconds)" in report
+
+
+def test_a_task_over_its_timeout_sees_context_cancelled_and_can_stop(run_worker):
+    result = tasks.stops_when_told.enqueue(5.0)  # timeout 0.2 s
+    run_worker(concurrency=2, shutdown_timeout=5)
+    assert job_of(result).status == JobStatus.FAILED
+    execution = wait_until(
+        lambda: Execution.objects.filter(finished__isnull=False).first(),
+        timeout=3,
+        what="the timed-out run to stop",
+    )
+    assert execution.key == "told to stop"
+    assert execution.finished - execution.started < timedelta(seconds=2)
+    # What the abandoned run returned does not overwrite the recorded timeout.
+    assert job_of(result).errors[0]["exception_class_path"] == (
+        "django_outbox.exceptions.JobTimeout"
+    )
 
 
 def test_delayed_jobs_do_not_run_early(run_worker):
@@ -212,8 +237,8 @@ def test_when_every_thread_is_stuck_in_a_timed_out_job_waiting_jobs_go_back(run_
     stuck = tasks.overruns.enqueue(2.0)
     waiting = tasks.add.enqueue(1, 1)
     stats = run_worker(concurrency=1, batch_size=4, shutdown_timeout=0)
-    # Still leased to the worker whose thread runs it: it is not run anywhere else meanwhile.
-    assert job_of(stuck).status == JobStatus.RUNNING
+    # Recorded as timed out at once, though its thread still runs.
+    assert job_of(stuck).status == JobStatus.FAILED
     # It was claimed behind the stuck thread; it went back for another worker, unstarted.
     assert (job_of(waiting).status, job_of(waiting).attempts) == (JobStatus.QUEUED, 0)
     assert stats.released == 1
@@ -230,8 +255,8 @@ def test_a_result_no_database_could_store_fails_that_job_and_blocks_no_other(run
     assert all(job_of(r).status == JobStatus.SUCCEEDED for r in good)
 
 
-def test_the_retry_of_a_timed_out_job_never_overlaps_the_run_still_going(run_worker):
-    result = tasks.overruns_first_time.enqueue()
+def test_the_retry_of_a_timed_out_job_runs_and_the_late_result_is_dropped(run_worker):
+    result = tasks.overruns_first_time.enqueue()  # attempt 1 sleeps 0.6 s past its 0.2 s
     for _ in range(20):
         run_worker(concurrency=2, shutdown_timeout=5)
         if job_of(result).status != JobStatus.QUEUED:
@@ -239,5 +264,15 @@ def test_the_retry_of_a_timed_out_job_never_overlaps_the_run_still_going(run_wor
     job = job_of(result)
     assert job.status == JobStatus.SUCCEEDED and job.return_value == 2
     assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
-    first, second = Execution.objects.order_by("attempt")
-    assert second.started >= first.finished
+    first, second = wait_until(
+        lambda: (
+            list(Execution.objects.filter(finished__isnull=False).order_by("attempt"))
+            if Execution.objects.filter(finished__isnull=False).count() == 2
+            else None
+        ),
+        timeout=5,
+        what="both runs to end",
+    )
+    # The retry did not wait for the stuck run, and the stuck run's late 1 was dropped.
+    assert second.started < first.finished
+    assert job_of(result).return_value == 2

@@ -42,9 +42,11 @@ def flag_for(job_id: int) -> threading.Event:
         return flag
 
 
-def forget(job_id: int) -> None:
+def forget(job_id: int, flag: threading.Event) -> None:
+    """Drop the flag of a run that ended (not that of a later run of the same job)."""
     with _lock:
-        _flags.pop(job_id, None)
+        if _flags.get(job_id) is flag:
+            del _flags[job_id]
 
 
 def request(job_id: int) -> None:

@@ -100,7 +100,7 @@ def execute(job: ClaimedJob) -> Outcome:
             return Outcome(job, succeeded=False, error=error_record(exc), final=True)
         return Outcome(job, succeeded=False, error=error_record(exc))
     finally:
-        cancellation.forget(job.id)
+        cancellation.forget(job.id, flag)
         tidy_connections()
 
 

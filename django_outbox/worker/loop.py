@@ -129,6 +129,9 @@ class Worker:
         self._leases_renewed_at = time.monotonic()
         self._db_ok_after = 0.0
         self._db_failures = 0
+        #: Set when a thread got stuck in a timed-out job under the supervisor: this
+        #: process drains and exits for a fresh one to take its place.
+        self.replace_me = False
 
     # -- control ---------------------------------------------------------------------
 
@@ -329,26 +332,40 @@ class Worker:
             self._flush()
 
     def _time_out_overdue(self) -> list[Outcome]:
-        """Flag runs over their timeout. A Python thread cannot be stopped: the job stays
-        leased to this worker until its thread returns, and is then recorded as failed with
-        JobTimeout (and retried per its policy), so it never runs twice at the same time."""
-        timed_out = 0
+        """Fail the runs over their timeout, now, and stop waiting for them.
+
+        Python cannot stop a thread: the function runs on (its ``context.cancelled()``
+        turns true, so a task that checks it can stop) and whatever it returns is dropped.
+        Its thread is reported and counts as stuck until it returns. A worker under the
+        supervisor (``--processes``) then drains and exits, and a fresh process replaces
+        it; a lone worker goes on with the threads it has left."""
+        timed_out = []
         for job, ran in self.pool.overdue(time.monotonic()):
+            cancellation.request(job.id)
+            where = self.pool.abandon(job)
             logger.error(
-                "worker %s: job %s (%s) ran %.3g s, over its %.3g s timeout; it will be "
-                "recorded as failed once its thread returns (a thread cannot be stopped)",
+                "worker %s: job %s (%s) ran %.3g s, over its %.3g s timeout: recorded as "
+                "timed out; its thread cannot be stopped and is still running here:\n%s",
                 self.id,
                 job.id,
                 job.task_path,
                 ran,
                 job.timeout,
+                where.rstrip() or "  (its stack could not be read)",
             )
             try:
                 raise JobTimeout(f"{job.task_path} ran over its {job.timeout:g} s timeout.")
             except JobTimeout as exc:
-                self.pool.time_out(job.id, error_record(exc))
-            timed_out += 1
-        if timed_out and self.pool.stuck >= self.concurrency:
+                timed_out.append(Outcome(job, succeeded=False, error=error_record(exc)))
+        if not timed_out:
+            return []
+        if self.parent_pid is not None:
+            self.replace_me = True
+            self.request_stop(
+                f"{self.pool.stuck} thread(s) stuck in timed-out jobs; draining, so that a "
+                "fresh process replaces this one"
+            )
+        elif self.pool.stuck >= self.concurrency:
             # No thread is left to run what waits here: let other workers have it.
             self._to_release.extend(self.pool.cancel_waiting())
             released = self._release_pending()
@@ -359,7 +376,7 @@ class Worker:
                 self.concurrency,
                 released,
             )
-        return []
+        return timed_out
 
     def _release_pending(self) -> int:
         """Put back claimed jobs that will not start here; kept for a retry on failure."""
@@ -526,8 +543,9 @@ class Worker:
         if released:
             logger.info("worker %s: put %d claimed, unstarted jobs back", self.id, released)
         deadline = time.monotonic() + self.shutdown_timeout
+        # Runs that timed out are recorded already: their stuck threads are not waited for.
         while (
-            self.pool.in_flight or self.pool.stuck or self._unflushed or self._to_release
+            self.pool.in_flight or self._unflushed or self._to_release
         ) and time.monotonic() < deadline:
             self._maintain()
             self._release_pending()

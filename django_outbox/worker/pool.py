@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
+import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from django.db import connections
 
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.worker.executor import execute
+
+logger = logging.getLogger("django_outbox.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """A run given up on at its timeout, whose thread has not returned yet."""
+
+    job: ClaimedJob
+    thread: int
+    started: float
 
 
 class Pool:
@@ -28,11 +43,11 @@ class Pool:
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[ClaimedJob, Future[None]]] = {}
-        self._started: dict[int, float] = {}
-        # Timed-out jobs whose threads run on: job id -> the JobTimeout error to record
-        # once the thread returns (until then the job stays leased, so it never runs twice
-        # at the same time).
-        self._overdue: dict[int, dict[str, str]] = {}
+        #: Running jobs: job id -> (when its thread started it, that thread's ident).
+        self._started: dict[int, tuple[float, int]] = {}
+        #: Runs given up on at their timeout, by (job id, attempt): their threads run on,
+        #: and whatever they return is dropped (the run was recorded as timed out).
+        self._abandoned: dict[tuple[int, int], Abandoned] = {}
 
     @property
     def in_flight(self) -> int:
@@ -42,7 +57,7 @@ class Pool:
     @property
     def stuck(self) -> int:
         """Threads still running jobs that ran over their timeout."""
-        return len(self._overdue)
+        return len(self._abandoned)
 
     @property
     def running(self) -> int:
@@ -54,7 +69,7 @@ class Pool:
 
     def _run(self, job: ClaimedJob) -> None:
         with self._lock:
-            self._started[job.id] = time.monotonic()
+            self._started[job.id] = (time.monotonic(), threading.get_ident())
         self._outcomes.put(execute(job))
 
     def outcomes(self, timeout: float) -> list[Outcome]:
@@ -74,12 +89,20 @@ class Pool:
         kept = []
         with self._lock:
             for outcome in ready:
-                job_id = outcome.job.id
-                self._started.pop(job_id, None)
-                self._pending.pop(job_id, None)
-                timeout_error = self._overdue.pop(job_id, None)
-                if timeout_error is not None:  # whatever it returned, it ran too long
-                    outcome = Outcome(outcome.job, succeeded=False, error=timeout_error)
+                job = outcome.job
+                gone = self._abandoned.pop((job.id, job.attempts), None)
+                if gone is not None:
+                    # Recorded as timed out long ago; the job may be running again by now.
+                    logger.warning(
+                        "job %s (%s): the run that timed out returned after %.3g s; "
+                        "its result is dropped",
+                        job.id,
+                        job.task_path,
+                        time.monotonic() - gone.started,
+                    )
+                    continue
+                self._started.pop(job.id, None)
+                self._pending.pop(job.id, None)
                 kept.append(outcome)
         return kept
 
@@ -87,19 +110,22 @@ class Pool:
         """Running jobs past their timeout, with how long they have run."""
         with self._lock:
             late = []
-            for job_id, started in self._started.items():
+            for job_id, (started, _thread) in self._started.items():
                 job = self._pending[job_id][0] if job_id in self._pending else None
                 if job is not None and job.timeout is not None and now - started > job.timeout:
                     late.append((job, now - started))
             return late
 
-    def time_out(self, job_id: int, error: dict[str, str]) -> None:
-        """Mark a running job as over its timeout: when its thread returns, the run is
-        recorded as failed with ``error``. It no longer counts as in flight."""
+    def abandon(self, job: ClaimedJob) -> str:
+        """Give up on a run over its timeout: it no longer counts as in flight, its thread
+        counts as stuck until it returns, and what it returns then is dropped. Returns
+        where that thread is now (its stack), for the log."""
         with self._lock:
-            self._pending.pop(job_id, None)
-            self._started.pop(job_id, None)
-            self._overdue[job_id] = error
+            self._pending.pop(job.id, None)
+            started, thread = self._started.pop(job.id)
+            self._abandoned[(job.id, job.attempts)] = Abandoned(job, thread, started)
+        frame = sys._current_frames().get(thread)
+        return "".join(traceback.format_stack(frame)) if frame is not None else ""
 
     def cancel_waiting(self) -> list[int]:
         """Withdraw the jobs that have not started; returns their ids."""

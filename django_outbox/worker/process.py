@@ -12,7 +12,7 @@ from django.db import connections
 
 from django_outbox.worker.loop import Worker
 from django_outbox.worker.shutdown import graceful_signals
-from django_outbox.worker.supervisor import Supervisor
+from django_outbox.worker.supervisor import REPLACE_STATUS, Supervisor
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -48,9 +48,15 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
         stats = worker.run()
     if report is not None:
         report.put(stats.as_dict())
+    if worker.replace_me:
+        # A thread stuck in a timed-out job: end the process (and the thread with it) so
+        # the supervisor starts a fresh one.
+        logging.shutdown()
+        os._exit(REPLACE_STATUS)
     if worker.abandoned or worker.unwritten:
         # Threads still running jobs would keep the interpreter alive; their jobs stay
-        # leased until the lease runs out, then run again elsewhere.
+        # leased until the lease runs out, then run again elsewhere (a timed-out job's
+        # thread is simply ended: its run was recorded already).
         logging.shutdown()
         os._exit(1)
     return 0

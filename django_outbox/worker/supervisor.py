@@ -26,6 +26,9 @@ logger = logging.getLogger("django_outbox.worker")
 
 #: A child that dies sooner than this after starting counts as crashing.
 CRASH_WINDOW_SECONDS = 5.0
+#: A child's exit status asking to be replaced: a thread of it was stuck in a timed-out
+#: job, and it drained and exited so that a fresh process takes its place.
+REPLACE_STATUS = 3
 
 
 class Supervisor:
@@ -81,17 +84,26 @@ class Supervisor:
                 code = process.exitcode
                 del self._children[slot]
                 if self._stopping or (self.burst and code == 0):
-                    if code:  # a child that did not drain cleanly (or was killed) says so
+                    if code and code != REPLACE_STATUS:  # it did not drain cleanly
                         status = status or (code if code > 0 else 1)
                     continue
-                crashes = crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 0
-                pause = min(30.0, 0.5 * 2 ** min(crashes, 6)) if crashes else 0.0
-                logger.warning(
-                    "supervisor: worker process %s exited with %s; starting another%s",
-                    process.pid,
-                    code,
-                    f" in {pause:.1f} s" if pause else "",
-                )
+                if code == REPLACE_STATUS:  # drained on purpose: not a crash
+                    pause = 0.0
+                    logger.warning(
+                        "supervisor: worker process %s drained after a job's thread got "
+                        "stuck past its timeout; starting a fresh one",
+                        process.pid,
+                    )
+                else:
+                    crashed = time.monotonic() - started < CRASH_WINDOW_SECONDS
+                    crashes = crashes + 1 if crashed else 0
+                    pause = min(30.0, 0.5 * 2 ** min(crashes, 6)) if crashes else 0.0
+                    logger.warning(
+                        "supervisor: worker process %s exited with %s; starting another%s",
+                        process.pid,
+                        code,
+                        f" in {pause:.1f} s" if pause else "",
+                    )
                 self.restarts += 1
                 if pause:
                     time.sleep(pause)
