@@ -16,6 +16,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_outbox.ratelimits.rate import Rate
+
 
 @dataclass(frozen=True, slots=True)
 class WebhookSettings:
@@ -229,6 +231,21 @@ class QueueSettings:
 
     #: At most this many jobs of the queue run at once, across all workers and machines.
     concurrency: int | None = None
+    #: At most this many jobs of the queue start per second, on average, across all workers.
+    rate: float | None = None
+    #: With ``rate``: how many may start at once after a quiet spell (default: one second's
+    #: worth, at least 1).
+    burst: int | None = None
+
+    @property
+    def rate_limit(self) -> Rate | None:
+        return None if self.rate is None else Rate.of(self.rate, self.burst)
+
+
+#: Most jobs per second a queue's rate may allow, and most requests per second an
+#: endpoint's: buckets count time in seconds since the epoch, exact to about 0.2 µs, which
+#: must stay a small part of a token's interval.
+MAX_RATE = 10_000.0
 
 
 def queue_settings_errors(raw: Any) -> list[str]:
@@ -236,13 +253,23 @@ def queue_settings_errors(raw: Any) -> list[str]:
     if not isinstance(raw, dict):
         return [f"{where} must be a dict of queue settings by queue name, not {raw!r}."]
     errors = []
+    rules: dict[str, tuple[type, float, float]] = {
+        "concurrency": (int, 0, 100_000),
+        "rate": (float, 0, MAX_RATE),
+        "burst": (int, 0, 100_000),
+    }
     for name, options in raw.items():
         at = f"{where}[{name!r}]"
         errors += _shape_errors(options, at, QueueSettings.__dataclass_fields__.keys())
-        if not isinstance(options, dict) or "concurrency" not in options:
+        if not isinstance(options, dict):
             continue
-        if problem := _number_problem(options["concurrency"], int, 0, 100_000):
-            errors.append(f"{at}['concurrency'] must be {problem}, not {options['concurrency']!r}.")
+        for key, (kind, floor, ceiling) in rules.items():
+            if key in options and (problem := _number_problem(options[key], kind, floor, ceiling)):
+                errors.append(f"{at}[{key!r}] must be {problem}, not {options[key]!r}.")
+        if "burst" in options and "rate" not in options:
+            errors.append(f"{at}['burst'] needs a 'rate' (jobs per second) to go with it.")
+        if not options.keys() & {"concurrency", "rate"}:
+            errors.append(f"{at} must set 'concurrency', 'rate', or both.")
     return errors
 
 
@@ -276,6 +303,9 @@ class OutboxSettings:
     SCHEDULES: dict[str, Any] = field(default_factory=dict)
     #: Limits per queue name (queues not listed have none).
     QUEUES: dict[str, QueueSettings] = field(default_factory=dict)
+    #: Where rate limits keep their buckets: "redis" (the django-redis cache REDIS_ALIAS),
+    #: "database", or "auto": Redis when REDIS_ALIAS is a django-redis cache.
+    RATE_LIMIT_STORE: str = "auto"
 
     def concurrency_limits(self, queues: Iterable[str]) -> dict[str, int]:
         """The global concurrency limit of each of ``queues`` that has one."""
@@ -284,6 +314,15 @@ class OutboxSettings:
             options = self.QUEUES.get(queue)
             if options is not None and options.concurrency is not None:
                 limits[queue] = options.concurrency
+        return limits
+
+    def rate_limits(self, queues: Iterable[str]) -> dict[str, Rate]:
+        """The rate limit of each of ``queues`` that has one."""
+        limits = {}
+        for queue in queues:
+            options = self.QUEUES.get(queue)
+            if options is not None and options.rate_limit is not None:
+                limits[queue] = options.rate_limit
         return limits
 
 
@@ -302,6 +341,7 @@ _NUMBER_RULES: dict[str, tuple[type, float]] = {
 MAX_NUMBER = 366 * 24 * 3600.0
 
 WAKE_MODES = ("auto", "postgres", "redis", "poll")
+RATE_LIMIT_STORES = ("auto", "redis", "database")
 
 
 def settings_errors(raw: Any) -> list[str]:
@@ -325,6 +365,11 @@ def settings_errors(raw: Any) -> list[str]:
     if "WAKE" in raw and raw["WAKE"] not in WAKE_MODES:
         errors.append(
             f"OUTBOX['WAKE'] must be one of {', '.join(WAKE_MODES)}, not {raw['WAKE']!r}."
+        )
+    if "RATE_LIMIT_STORE" in raw and raw["RATE_LIMIT_STORE"] not in RATE_LIMIT_STORES:
+        errors.append(
+            f"OUTBOX['RATE_LIMIT_STORE'] must be one of {', '.join(RATE_LIMIT_STORES)}, "
+            f"not {raw['RATE_LIMIT_STORE']!r}."
         )
     if "REDIS_ALIAS" in raw and (not isinstance(raw["REDIS_ALIAS"], str) or not raw["REDIS_ALIAS"]):
         errors.append(

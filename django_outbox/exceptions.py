@@ -43,6 +43,17 @@ class RetryAt(OutboxError):
         self.at = at
 
 
+class RateLimited(OutboxError):
+    """A rate limit holds this run back: the job goes back to the queue until the time given, and the run does not count as an attempt."""  # noqa: E501
+
+    def __init__(self, at: datetime, *args: Any, kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(*args)
+        self.at = at
+        #: The job's keyword arguments for its next run, when they should change (a
+        #: webhook delivery notes the turn it reserved); None: unchanged.
+        self.kwargs = kwargs
+
+
 class PermanentFailure(OutboxError):
     """This run failed in a way another attempt cannot mend: the job is not retried."""
 

@@ -24,7 +24,7 @@ if os.environ.get("OUTBOX_TEST_DB_NAME"):
 TASKS = {
     "default": {
         "BACKEND": "django_outbox.backend.OutboxBackend",
-        "QUEUES": ["default", "emails", "reports", "slow", "limited"],
+        "QUEUES": ["default", "emails", "reports", "slow", "limited", "rated"],
     }
 }
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.tasks import TaskContext, task
 from django.utils import timezone
 
+from django_outbox.exceptions import RateLimited
 from tests.models import Execution, Once
 
 
@@ -114,6 +116,15 @@ def stops_when_told(context: TaskContext, seconds: float) -> str:
     execution.finished = timezone.now()
     execution.save(update_fields=["key", "finished"])
     return execution.key
+
+
+@task(takes_context=True, max_attempts=1)
+def held_back_once(context: TaskContext) -> str:
+    """Holds itself back 0.3 s on its first run (RateLimited), then succeeds."""
+    _, first_time = Once.objects.get_or_create(key=f"held-{context.task_result.id}")
+    if first_time:
+        raise RateLimited(timezone.now() + timedelta(seconds=0.3), "over my own limit")
+    return "sent"
 
 
 @task(queue_name="emails")

@@ -25,9 +25,10 @@ from typing import Any
 from django.db import DatabaseError, connections, router, transaction
 from django.utils import timezone
 
-from django_outbox import conf
+from django_outbox import conf, ratelimits
 from django_outbox.jobs.returning import column, returned_rows
 from django_outbox.models import Job, JobStatus
+from django_outbox.ratelimits import Rate
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -76,6 +77,15 @@ class ClaimedJob:
     last_attempted_at: datetime
 
 
+@dataclass(slots=True)
+class Claimed:
+    """What one claim took, and what rate limits held back."""
+
+    jobs: list[ClaimedJob]
+    #: Seconds until a rate-limited queue that got no token now has one: look again then.
+    retry_in: float | None = None
+
+
 def claim(
     worker_id: str,
     queues: list[str],
@@ -83,34 +93,61 @@ def claim(
     lease_seconds: float,
     backend: str = "default",
 ) -> list[ClaimedJob]:
-    """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``; [] when none are due.
+    """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``; [] when none are due."""
+    return claim_batch(worker_id, queues, limit, lease_seconds, backend).jobs
 
-    Only jobs enqueued through the TASKS alias ``backend`` are claimed. Queues with a global
-    concurrency limit (``OUTBOX["QUEUES"]``) are claimed first, each on its own under its
-    lock; the others together, as before, without one. Should a later statement fail, the
-    jobs the earlier ones claimed are returned, not lost.
+
+def claim_batch(
+    worker_id: str,
+    queues: list[str],
+    limit: int,
+    lease_seconds: float,
+    backend: str = "default",
+) -> Claimed:
+    """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``.
+
+    Only jobs enqueued through the TASKS alias ``backend`` are claimed. Queues with a limit
+    (``OUTBOX["QUEUES"]``) are claimed first, each on its own: a concurrency limit under
+    the queue's lock, a rate limit for no more jobs than its bucket gives tokens (tokens
+    left unused go back). The other queues are claimed together, as before, without either.
+    Should a later statement fail, the jobs the earlier ones claimed are returned, not lost.
     """
     if limit < 1 or not queues:
-        return []
+        return Claimed([])
     now = timezone.now()
     connection = connections[router.db_for_write(Job)]
-    limits = conf.get().concurrency_limits(queues)
-    free = [queue for queue in queues if queue not in limits]
+    settings = conf.get()
+    limits = settings.concurrency_limits(queues)
+    rates = settings.rate_limits(queues)
+    limited = [queue for queue in queues if queue in limits or queue in rates]
+    free = [queue for queue in queues if queue not in limited]
     rows: list[tuple[Any, ...]] = []
-    # Limited queues first: each takes at most its free places, so the unlimited ones,
-    # which take the rest of the batch, cannot crowd them out.
-    for queue, most in limits.items():
+    waits: list[float] = []
+    # Limited queues first: each takes at most what its limits allow, so the unlimited
+    # ones, which take the rest of the batch, cannot crowd them out.
+    for queue in limited:
         if len(rows) >= limit:
             break
         try:
-            rows += _claim_limited(
-                connection, worker_id, queue, most, limit - len(rows), lease_seconds, backend, now
+            got, wait = _claim_one_limited(
+                connection,
+                worker_id,
+                queue,
+                limits.get(queue),
+                rates.get(queue),
+                limit - len(rows),
+                lease_seconds,
+                backend,
+                now,
             )
         except DatabaseError:
             if not rows:
                 raise
             logger.warning("claim of limited queue %s failed; keeping what was claimed", queue)
             break
+        rows += got
+        if wait is not None:
+            waits.append(wait)
     if free and len(rows) < limit:
         try:
             rows += _run_claim(
@@ -124,7 +161,42 @@ def claim(
     claimed = [ClaimedJob(**decode(row), last_attempted_at=now) for row in rows]
     # RETURNING comes in no particular order: restore the claim order.
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-    return claimed
+    return Claimed(claimed, min(waits) if waits else None)
+
+
+def _claim_one_limited(
+    connection: Any,
+    worker_id: str,
+    queue: str,
+    most_running: int | None,
+    rate: Rate | None,
+    limit: int,
+    lease_seconds: float,
+    backend: str,
+    now: datetime,
+) -> tuple[list[tuple[Any, ...]], float | None]:
+    """Claim from one limited queue: (rows, seconds until its next token if it had none).
+
+    With a rate limit, the claim asks for no more jobs than the bucket gives tokens; a queue
+    whose bucket is empty is not read at all, and its jobs keep their place."""
+    key = f"queue:{queue}"
+    if rate is not None:
+        grant = ratelimits.take(key, rate, limit)
+        if not grant.granted:
+            return [], grant.retry_in
+        limit = grant.granted
+    rows: list[tuple[Any, ...]] = []
+    try:
+        if most_running is not None:
+            rows = _claim_limited(
+                connection, worker_id, queue, most_running, limit, lease_seconds, backend, now
+            )
+        else:
+            rows = _run_claim(connection, worker_id, [queue], limit, lease_seconds, backend, now)
+    finally:
+        if rate is not None and len(rows) < limit:
+            ratelimits.give_back(key, rate, limit - len(rows))
+    return rows, None
 
 
 def _run_claim(

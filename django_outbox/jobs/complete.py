@@ -37,6 +37,11 @@ class Outcome:
     final: bool = False
     #: The run stopped after someone asked it to: the job ends as cancelled.
     cancelled: bool = False
+    #: A rate limit held the run back (RateLimited): the job is queued again for this
+    #: time, the run not counted as an attempt.
+    held_until: datetime | None = None
+    #: With ``held_until``: the job's keyword arguments from now on (None: unchanged).
+    new_kwargs: dict[str, Any] | None = None
 
     @property
     def will_retry(self) -> bool:
@@ -44,6 +49,7 @@ class Outcome:
             not self.succeeded
             and not self.final
             and not self.cancelled
+            and self.held_until is None
             and self.job.attempts < self.job.max_attempts
         )
 
@@ -71,11 +77,17 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     succeeded: list[Outcome] = []
     retried: list[Outcome] = []
     failed: list[Outcome] = []
+    held: list[Outcome] = []
     for outcome in outcomes:
-        (succeeded if outcome.succeeded else retried if outcome.will_retry else failed).append(
-            outcome
-        )
+        if outcome.held_until is not None and not outcome.succeeded and not outcome.cancelled:
+            held.append(outcome)
+        elif outcome.succeeded:
+            succeeded.append(outcome)
+        else:
+            (retried if outcome.will_retry else failed).append(outcome)
     stored = 0
+    if held:
+        stored += _hold_back(worker_id, held)
     if succeeded:
         with_values = [o for o in succeeded if o.return_value is not None]
         updates: dict[str, Any] = {
@@ -119,6 +131,38 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
             },
         )
     return stored
+
+
+def _hold_back(worker_id: str, held: list[Outcome]) -> int:
+    """Queue held-back runs again for their time, as if never claimed: the attempt and the
+    worker id the claim added are taken off again."""
+    connection = connections[router.db_for_write(Job)]
+    quote = connection.ops.quote_name
+    attempts = quote(column(Job, "attempts"))
+    worker_ids = quote(column(Job, "worker_ids"))
+    started_at = quote(column(Job, "started_at"))
+    if connection.vendor == "postgresql":
+        one_less = f"({worker_ids} - -1)"
+    else:
+        one_less = f"json_remove({worker_ids}, '$[#-1]')"
+    values: dict[str, Any] = {
+        "status": JobStatus.QUEUED,
+        "run_at": _per_job(held, lambda o: o.held_until, "datetime"),
+        "lease_until": None,
+        "worker_id": None,
+        "attempts": RawSQL(f"{attempts} - 1", []),
+        "worker_ids": RawSQL(one_less, []),
+        "started_at": RawSQL(f"CASE WHEN {attempts} = 1 THEN NULL ELSE {started_at} END", []),
+    }
+    rewritten = [o for o in held if o.new_kwargs is not None]
+    if rewritten:
+        values["kwargs"] = per_row(
+            router.db_for_write(Job),
+            [(o.job.id, o.new_kwargs) for o in rewritten],
+            "json",
+            default=column(Job, "kwargs"),
+        )
+    return _update(worker_id, held, values)
 
 
 def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> int:

@@ -1,4 +1,5 @@
 from django_outbox.models.jobs import Dashboard, Job, JobStatus, Worker
+from django_outbox.models.limits import RateBucket
 from django_outbox.models.schedules import ScheduleState
 from django_outbox.models.webhooks import (
     Attempt,
@@ -19,6 +20,7 @@ __all__ = [
     "Job",
     "JobStatus",
     "Message",
+    "RateBucket",
     "ScheduleState",
     "Worker",
 ]

@@ -28,6 +28,8 @@ class Endpoint(models.Model):
     disabled_at = models.DateTimeField(null=True, blank=True)
     #: Seconds for a whole request to this endpoint; empty: OUTBOX["WEBHOOKS"]["TIMEOUT"].
     timeout = models.FloatField(null=True, blank=True)
+    #: Requests per second at most, shared by every worker; empty: no limit.
+    rate_limit = models.FloatField(null=True, blank=True)
     #: When its deliveries started failing without a success since, and how many attempts
     #: in a row have failed (the auto-disable rule reads both).
     failing_since = models.DateTimeField(null=True, blank=True)

@@ -20,6 +20,7 @@ from django_outbox.webhooks.api import (
     rotate_secret,
     send,
     send_test,
+    set_rate_limit,
     verify,
 )
 from django_outbox.webhooks.signing import VerificationError
@@ -35,5 +36,6 @@ __all__ = [
     "rotate_secret",
     "send",
     "send_test",
+    "set_rate_limit",
     "verify",
 ]

@@ -72,6 +72,21 @@ def _timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
+def _rate_limit(rate_limit: float | None) -> float | None:
+    if rate_limit is None:
+        return None
+    if (
+        isinstance(rate_limit, bool)
+        or not isinstance(rate_limit, int | float)
+        or not 0 < rate_limit <= conf.MAX_RATE
+    ):
+        raise ValidationError(
+            f"rate_limit must be a number of requests per second above 0 and at most "
+            f"{conf.MAX_RATE:g}, or None for no limit, not {rate_limit!r}."
+        )
+    return float(rate_limit)
+
+
 def create_endpoint(
     url: str,
     *,
@@ -80,9 +95,11 @@ def create_endpoint(
     description: str = "",
     timeout: float | None = None,
     secret: str | None = None,
+    rate_limit: float | None = None,
 ) -> Endpoint:
     """A new active endpoint; ``endpoint.secret`` is what its owner verifies with.
 
+    ``rate_limit``: requests per second at most, shared by every worker (None: no limit).
     ValidationError for a URL that is not http(s) or that names a non-public address.
     """
     guard.check_url(url)
@@ -100,6 +117,7 @@ def create_endpoint(
         description=description,
         timeout=_timeout(timeout),
         secret=secret or signing.generate_secret(),
+        rate_limit=_rate_limit(rate_limit),
     )
 
 
@@ -302,6 +320,13 @@ def enable(endpoint: Endpoint) -> None:
             "consecutive_failures",
         ]
     )
+
+
+def set_rate_limit(endpoint: Endpoint, rate_limit: float | None) -> None:
+    """At most ``rate_limit`` requests per second to ``endpoint`` from now on (None: no
+    limit). Deliveries over it wait for their turn: they are not failed."""
+    endpoint.rate_limit = _rate_limit(rate_limit)
+    endpoint.save(update_fields=["rate_limit"])
 
 
 def disable(endpoint: Endpoint, reason: str = "disabled by hand") -> None:

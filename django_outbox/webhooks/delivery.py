@@ -10,13 +10,14 @@ The job engine then writes the jobs' outcomes in its own batches: a retry is a R
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from django_outbox import conf
-from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RetryAt
+from django_outbox import conf, ratelimits
+from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
 from django_outbox.webhooks import api, attempts, http, policy, recording, signing
 from django_outbox.webhooks.batching import Batcher
@@ -71,10 +72,12 @@ recorder: Batcher[recording.Record, None] = Batcher(
 )
 
 
-def run(delivery_id: int, retry: bool = False) -> str:
-    """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure.
+def run(delivery_id: int, retry: bool = False, rate_turn: float | None = None) -> str:
+    """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure,
+    or RateLimited when its endpoint's rate limit holds it back.
 
-    ``retry``: the delivery's job ran before (its lookup waits for other retries)."""
+    ``retry``: the delivery's job ran before (its lookup waits for other retries).
+    ``rate_turn``: the turn under the endpoint's rate limit a held-back run reserved."""
     loaded = (retry_loader if retry else loader).submit(delivery_id)
     if loaded is None:
         return f"delivery {delivery_id} no longer exists: nothing to send"
@@ -85,6 +88,7 @@ def run(delivery_id: int, retry: bool = False) -> str:
         # Sent and logged, but its worker stopped before the job was marked done.
         recorder.submit(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
         return f"attempt {latest.number} had succeeded already: not sent again"
+    _wait_for_turn(delivery, rate_turn)
     number = (latest.number if latest else 0) + 1
     response = _attempt(delivery)
     decision = policy.decide(
@@ -99,6 +103,38 @@ def run(delivery_id: int, retry: bool = False) -> str:
         next_at = timezone.now() + timedelta(seconds=decision.delay)
     recorder.submit(recording.Record(delivery, number, response, decision, next_at))
     return _conclude(delivery, number, response, decision, next_at)
+
+
+#: A reserved turn missed by more than this (workers were away) is reserved anew, so the
+#: deliveries held back meanwhile do not all go at once.
+TURN_GRACE_SECONDS = 5.0
+
+
+def _wait_for_turn(delivery: Delivery, reserved: float | None) -> None:
+    """Under its endpoint's rate limit: return when this delivery may be sent now, or
+    raise RateLimited with the turn reserved for it.
+
+    Every delivery over the limit reserves its own turn (one token, charged now), so a
+    backlog goes out at the rate, each held-back delivery claimed once more, at its turn."""
+    endpoint = delivery.endpoint
+    if not endpoint.rate_limit or not endpoint.active:
+        return
+    rate = ratelimits.Rate.of(endpoint.rate_limit)
+    now = time.time()
+    if reserved is not None and reserved - 1.0 <= now <= reserved + max(
+        rate.capacity, TURN_GRACE_SECONDS
+    ):
+        return  # its turn, reserved by the run that was held back
+    wait = ratelimits.reserve(f"endpoint:{endpoint.pk}", rate)
+    if wait <= 0:
+        return
+    turn = now + wait
+    raise RateLimited(
+        datetime.fromtimestamp(turn, tz=UTC),
+        f"{endpoint.url} takes at most {endpoint.rate_limit:g} requests per second: "
+        f"held back {wait:.3g} s",
+        kwargs={"rate_turn": turn},
+    )
 
 
 def _attempt(delivery: Delivery) -> http.Response:

@@ -11,7 +11,7 @@ from django.tasks import Task
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
 
-from django_outbox.exceptions import Cancelled, PermanentFailure, RetryAt
+from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
@@ -94,6 +94,8 @@ def execute(job: ClaimedJob) -> Outcome:
     except BaseException as exc:
         if flag.is_set() or isinstance(exc, Cancelled):
             return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
+        if isinstance(exc, RateLimited):
+            return Outcome(job, succeeded=False, held_until=exc.at, new_kwargs=exc.kwargs)
         if isinstance(exc, RetryAt):
             return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
         if isinstance(exc, PermanentFailure):

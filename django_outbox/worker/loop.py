@@ -60,6 +60,8 @@ class WorkerStats:
     retried: int = 0
     failed: int = 0
     released: int = 0
+    #: Runs a rate limit held back (queued again, not counted as attempts).
+    held: int = 0
     lost: int = 0
     rescued: int = 0
     statements: int = 0
@@ -132,6 +134,8 @@ class Worker:
         #: Set when a thread got stuck in a timed-out job under the supervisor: this
         #: process drains and exits for a fresh one to take its place.
         self.replace_me = False
+        #: When the last job this worker held back for a rate limit falls due (monotonic).
+        self._latest_held = 0.0
 
     # -- control ---------------------------------------------------------------------
 
@@ -203,9 +207,15 @@ class Worker:
                 self._next_claim = 0.0
                 if self._refill():
                     continue
+                held_for = self._latest_held - time.monotonic()
+                if held_for > 0:
+                    # Jobs this worker held back for a rate limit are part of its work.
+                    self._stop.wait(min(held_for, self._poll_seconds))
+                    continue
                 if self._due_behind_a_limit():
-                    # Due jobs wait for room in a limited queue: wait for it, not leave.
-                    self._stop.wait(self._poll_seconds)
+                    # Due jobs wait for room or a token in a limited queue: wait, not leave.
+                    wait = min(self._poll_seconds, self._next_claim - time.monotonic())
+                    self._stop.wait(max(0.0, wait))
                     continue
                 logger.info("worker %s: nothing is due; leaving (burst)", self.id)
                 return
@@ -214,8 +224,10 @@ class Worker:
             self._apply(self.waker.wait(max(0.0, until - now)))
 
     def _due_behind_a_limit(self) -> bool:
-        """Whether a queue of this worker with a concurrency limit has a due job."""
-        limited = list(self.settings.concurrency_limits(self.queues))
+        """Whether a queue of this worker with a concurrency or rate limit has a due job."""
+        limited = list(
+            self.settings.concurrency_limits(self.queues) | self.settings.rate_limits(self.queues)
+        )
         if not limited:
             return False
         due = self._db(lambda: claim.next_due(limited, self.backend))
@@ -260,14 +272,15 @@ class Worker:
         if now < self._next_claim:
             return 0
         want = self.batch_size - in_flight
-        jobs = self._db(
-            lambda: claim.claim(
+        batch = self._db(
+            lambda: claim.claim_batch(
                 self.id, self.queues, want, self.settings.LEASE_SECONDS, self.backend
             )
         )
-        if jobs is None:  # the database is unreachable: try again when _db allows
+        if batch is None:  # the database is unreachable: try again when _db allows
             self._next_claim = max(now + self.settings.POLL_INTERVAL, self._db_ok_after)
             return 0
+        jobs = batch.jobs
         if jobs and not in_flight and not self._unflushed:
             # Every lease held is one just granted; renew them on the busy schedule, not
             # the idle one (which can be as long as a lease).
@@ -286,6 +299,8 @@ class Worker:
         # A short batch means the queues ran dry: look again at the next poll, or when
         # the next delayed job falls due if that is sooner (wake-ups know no other way).
         self._next_claim = now + self._poll_seconds
+        if batch.retry_in is not None:  # a rate limit held a queue back: look at its next token
+            self._next_claim = min(self._next_claim, now + batch.retry_in)
         # Retries this worker scheduled fall due on their own: look again at the next one.
         while self._retries_due and self._retries_due[0] <= now:
             heapq.heappop(self._retries_due)
@@ -465,6 +480,13 @@ class Worker:
 
     def _record(self, outcome: Outcome) -> None:
         job = outcome.job
+        if outcome.held_until is not None and not outcome.succeeded and not outcome.cancelled:
+            self.stats.held += 1  # back in the queue, not an attempt: look again then
+            at = _monotonic_at(outcome.held_until.timestamp())
+            self._latest_held = max(self._latest_held, at)
+            self._next_claim = min(self._next_claim, at)
+            heapq.heappush(self._retries_due, at)
+            return
         if outcome.succeeded:
             self.stats.succeeded += 1
             status = JobStatus.SUCCEEDED

@@ -1,0 +1,327 @@
+"""Rate limits: token buckets shared by every worker, in Redis or in the database; per queue
+(jobs per second) and per webhook endpoint (requests per second). Held back is not failed.
+
+Every bucket test runs against both stores, both real: the test database and the Redis at
+OUTBOX_TEST_REDIS_URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from itertools import pairwise
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_outbox import conf, ratelimits, webhooks
+from django_outbox.jobs.claim import claim_batch
+from django_outbox.models import Delivery, DeliveryStatus, Job, JobStatus, RateBucket
+from django_outbox.ratelimits import Rate
+from tests import tasks
+from tests.conftest import wait_until
+from tests.models import Execution
+
+STORES = ["database", "redis"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_buckets():
+    """Each test starts with empty buckets (the database's are emptied by the test run;
+    Redis's here), and a test that breaks Redis does not leave the next on the database."""
+    from django_redis import get_redis_connection
+
+    client = get_redis_connection(settings.OUTBOX["REDIS_ALIAS"])
+    for key in client.scan_iter(match="*:django_outbox:*:rate:*"):
+        client.delete(key)
+    ratelimits._redis_down_until = 0.0
+    yield
+    ratelimits._redis_down_until = 0.0
+
+
+def outbox(**extra):
+    return override_settings(OUTBOX=settings.OUTBOX | extra)
+
+
+def unique_key() -> str:
+    return f"test:{time.monotonic_ns()}"
+
+
+# -- the buckets -------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_a_fresh_bucket_gives_its_burst_then_says_when_the_next_token_comes(store):
+    with outbox(RATE_LIMIT_STORE=store):
+        assert ratelimits.store_name() == store
+        key, rate = unique_key(), Rate.of(10, burst=3)
+        first = ratelimits.take(key, rate, 5)
+        assert first.granted == 3
+        assert first.retry_in == pytest.approx(0.1, abs=0.001)
+        second = ratelimits.take(key, rate, 5)
+        assert second.granted == 0
+        assert 0.0 < second.retry_in <= 0.101
+        time.sleep(0.25)  # 2.5 tokens' worth at 10/s
+        assert ratelimits.take(key, rate, 5).granted == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_tokens_given_back_can_be_taken_again(store):
+    with outbox(RATE_LIMIT_STORE=store):
+        key, rate = unique_key(), Rate.of(1, burst=4)
+        assert ratelimits.take(key, rate, 4).granted == 4
+        ratelimits.give_back(key, rate, 3)
+        assert ratelimits.take(key, rate, 4).granted == 3
+        assert ratelimits.take(key, rate, 1).granted == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_reservations_line_up_one_interval_apart(store):
+    with outbox(RATE_LIMIT_STORE=store):
+        key, rate = unique_key(), Rate.of(20, burst=2)
+        waits = [ratelimits.reserve(key, rate) for _ in range(6)]
+        assert waits[:2] == [0.0, 0.0]  # the burst goes now
+        for earlier, later in pairwise(waits[1:]):
+            assert later - earlier == pytest.approx(0.05, abs=0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_threads_sharing_a_bucket_get_no_more_than_the_rate_together(store):
+    with outbox(RATE_LIMIT_STORE=store):
+        key, rate = unique_key(), Rate.of(20, burst=1)
+        granted = []
+        lock = threading.Lock()
+        started = time.monotonic()
+        deadline = started + 1.0
+
+        def hammer():
+            from django.db import connections
+
+            try:
+                while time.monotonic() < deadline:
+                    got = ratelimits.take(key, rate, 1).granted
+                    with lock:
+                        granted.append(got)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.monotonic() - started
+        assert len(granted) > 100  # they asked far more often than the rate allows
+        # One at once, then 20 a second: never more, and not much less.
+        assert 0.8 * 20 * elapsed <= sum(granted) <= 1 + 20 * elapsed + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_buckets_in_the_database_are_rows_and_in_redis_are_not():
+    with outbox(RATE_LIMIT_STORE="database"):
+        ratelimits.take("queue:seen", Rate.of(5), 1)
+    assert RateBucket.objects.filter(key="queue:seen").exists()
+    with outbox(RATE_LIMIT_STORE="redis"):
+        ratelimits.take("queue:unseen", Rate.of(5), 1)
+    assert not RateBucket.objects.filter(key="queue:unseen").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_that_is_down_hands_the_buckets_to_the_database(caplog):
+    caches = settings.CACHES | {
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens there
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
+        }
+    }
+    with override_settings(CACHES=caches), outbox(RATE_LIMIT_STORE="redis", REDIS_ALIAS="down"):
+        with caplog.at_level(logging.WARNING, logger="django_outbox.ratelimits"):
+            grant = ratelimits.take("queue:fallback", Rate.of(5, burst=2), 3)
+        assert grant.granted == 2  # limited all the same
+        assert "Redis failed" in caplog.text and "using the database" in caplog.text
+        assert ratelimits.store_name() == "database"  # for a while, without asking Redis
+    assert RateBucket.objects.filter(key="queue:fallback").exists()
+
+
+# -- settings ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ({"q": {"rate": 0}}, "OUTBOX['QUEUES']['q']['rate'] must be a number greater than 0"),
+        ({"q": {"rate": -2}}, "['rate'] must be a number greater than 0"),
+        ({"q": {"rate": "10/s"}}, "['rate'] must be a number greater than 0 and at most 10000"),
+        ({"q": {"rate": float("nan")}}, "['rate'] must be a number"),
+        ({"q": {"rate": 20_000}}, "at most 10000, not 20000"),
+        ({"q": {"rate": 5, "burst": 0}}, "['burst'] must be a whole number greater than 0"),
+        ({"q": {"rate": 5, "burst": 2.5}}, "['burst'] must be a whole number"),
+        ({"q": {"burst": 3}}, "['burst'] needs a 'rate' (jobs per second) to go with it."),
+        ({"q": {}}, "OUTBOX['QUEUES']['q'] must set 'concurrency', 'rate', or both."),
+        ({"q": {"rates": 5}}, "OUTBOX['QUEUES']['q']['rates'] is not a known setting"),
+    ],
+)
+def test_bad_rate_settings_are_refused_with_a_clear_message(queues, message):
+    with outbox(QUEUES=queues), pytest.raises(ImproperlyConfigured) as caught:
+        conf.get()
+    assert message in str(caught.value)
+
+
+def test_an_unknown_rate_limit_store_is_refused():
+    with outbox(RATE_LIMIT_STORE="memcached"), pytest.raises(ImproperlyConfigured) as caught:
+        conf.get()
+    assert "OUTBOX['RATE_LIMIT_STORE'] must be one of auto, redis, database" in str(caught.value)
+
+
+def test_a_rates_burst_defaults_to_one_seconds_worth():
+    with outbox(QUEUES={"a": {"rate": 2.5}, "b": {"rate": 0.1}, "c": {"rate": 4, "burst": 9}}):
+        limits = conf.get().rate_limits(["a", "b", "c", "d"])
+    assert limits == {"a": Rate(2.5, 3), "b": Rate(0.1, 1), "c": Rate(4.0, 9)}
+
+
+# -- queues ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_a_claim_takes_no_more_jobs_than_tokens_and_the_rest_keep_their_place(store):
+    rated = tasks.add.using(queue_name="rated")
+    results = [rated.enqueue(i, i) for i in range(5)]
+    before = {job.pk: job.run_at for job in Job.objects.all()}
+    with outbox(RATE_LIMIT_STORE=store, QUEUES={"rated": {"rate": 1, "burst": 2}}):
+        first = claim_batch("w1", ["rated"], 10, 30)
+        assert [job.id for job in first.jobs] == [int(r.id) for r in results[:2]]
+        assert first.retry_in is None
+        second = claim_batch("w1", ["rated"], 10, 30)
+        assert second.jobs == []
+        assert 0.5 < second.retry_in <= 1.0  # when to look again
+    waiting = Job.objects.filter(status=JobStatus.QUEUED)
+    assert waiting.count() == 3
+    for job in waiting:  # not failed, not counted, not moved back
+        assert (job.attempts, job.run_at, job.errors) == (0, before[job.pk], [])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_tokens_a_claim_did_not_use_go_back_to_the_bucket(store):
+    with outbox(RATE_LIMIT_STORE=store, QUEUES={"rated": {"rate": 0.5, "burst": 5}}):
+        tasks.add.using(queue_name="rated").enqueue(1, 1)
+        assert len(claim_batch("w1", ["rated"], 10, 30).jobs) == 1  # took 5, used 1
+        for i in range(6):
+            tasks.add.using(queue_name="rated").enqueue(i, i)
+        assert len(claim_batch("w1", ["rated"], 10, 30).jobs) == 4
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_a_rated_queue_runs_at_its_rate_and_other_queues_do_not_wait(store, run_worker):
+    rated = tasks.record_run.using(queue_name="rated")
+    for i in range(12):
+        rated.enqueue(f"rated-{i}")
+    quick = [tasks.add.enqueue(i, i) for i in range(20)]
+    with outbox(RATE_LIMIT_STORE=store, QUEUES={"rated": {"rate": 10, "burst": 1}}):
+        stats = run_worker(queues=["default", "rated"], concurrency=4)
+    assert stats.failed == 0 and stats.retried == 0
+    runs = list(Execution.objects.order_by("started"))
+    assert len(runs) == 12
+    # One at once, then one every 0.1 s: 11 intervals at least (a little clock slack).
+    assert runs[-1].started - runs[0].started >= timedelta(seconds=1.0)
+    for window_start in runs:
+        in_window = [r for r in runs if timedelta(0) <= r.started - window_start.started]
+        in_window = [
+            r for r in in_window if r.started - window_start.started < timedelta(seconds=0.5)
+        ]
+        assert len(in_window) <= 1 + 5 + 1  # the burst, half a second's rate, rounding
+    assert set(Job.objects.filter(queue="rated").values_list("status", "attempts")) == {
+        (JobStatus.SUCCEEDED, 1)
+    }
+    last_quick = max(Job.objects.get(pk=r.id).finished_at for r in quick)
+    assert last_quick < runs[-1].started  # the unlimited queue was not held up
+
+
+# -- tasks may hold themselves back ------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_raises_rate_limited_runs_again_then_without_spending_an_attempt(
+    run_worker,
+):
+    result = tasks.held_back_once.enqueue()  # max_attempts 1: a spent attempt would fail it
+    started = timezone.now()
+    stats = run_worker()
+    job = Job.objects.get(pk=result.id)
+    assert (job.status, job.return_value, job.attempts) == (JobStatus.SUCCEEDED, "sent", 1)
+    assert job.errors == [] and len(job.worker_ids) == 1
+    assert job.finished_at - started >= timedelta(seconds=0.3)
+    assert stats.held == 1
+
+
+# -- webhook endpoints -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", float("nan"), float("inf"), True, 10_001])
+def test_a_bad_endpoint_rate_limit_is_refused(bad):
+    with pytest.raises(ValidationError) as caught:
+        webhooks.create_endpoint("https://hooks.example.com/in", rate_limit=bad)
+    assert "rate_limit must be a number of requests per second above 0" in str(caught.value)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_set_rate_limit_changes_and_removes_an_endpoints_limit():
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in", rate_limit=3)
+    assert endpoint.rate_limit == 3.0
+    webhooks.set_rate_limit(endpoint, 0.5)
+    endpoint.refresh_from_db()
+    assert endpoint.rate_limit == 0.5
+    with pytest.raises(ValidationError):
+        webhooks.set_rate_limit(endpoint, -1)
+    webhooks.set_rate_limit(endpoint, None)
+    endpoint.refresh_from_db()
+    assert endpoint.rate_limit is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_an_endpoints_rate_limit_spreads_its_deliveries_and_fails_none(
+    store, receiver, webhook_worker
+):
+    limited = webhooks.create_endpoint(receiver.url("/limited"), rate_limit=5)  # burst 5
+    webhooks.create_endpoint(receiver.url("/free"))
+    with outbox(RATE_LIMIT_STORE=store):
+        worker = webhook_worker(concurrency=8)
+        for i in range(15):
+            webhooks.send("order.placed", {"n": i})
+        wait_until(
+            lambda: not Delivery.objects.filter(status=DeliveryStatus.PENDING).exists(),
+            timeout=30,
+            what="every delivery to be sent",
+        )
+    arrived = sorted(r.started for r in receiver.at("/limited"))
+    assert len(arrived) == 15  # each sent once
+    # Five at once, then five a second: the last ten take two seconds at least.
+    assert arrived[-1] - arrived[0] >= 1.8
+    for start in arrived:
+        assert sum(1 for t in arrived if start <= t < start + 1.0) <= 5 + 5 + 1
+    free = sorted(r.started for r in receiver.at("/free"))
+    assert len(free) == 15 and free[-1] - free[0] < 1.5  # the other endpoint is not held up
+    deliveries = Delivery.objects.filter(endpoint=limited)
+    assert {(d.status, d.attempt_log.count()) for d in deliveries} == {
+        (DeliveryStatus.SUCCEEDED, 1)
+    }
+    jobs = Job.objects.filter(queue="webhooks")
+    assert {(job.status, job.attempts) for job in jobs} == {(JobStatus.SUCCEEDED, 1)}
+    assert jobs.filter(kwargs__has_key="rate_turn").count() == worker.stats.held
+    assert worker.stats.held >= 10 - 1  # the ten beyond the burst waited their turn
+    # Each waited once, for the turn it reserved, and was not held again.
+    assert worker.stats.held <= 10 + 2
+    assert limited.pk not in {d.endpoint_id for d in Delivery.objects.filter(status="failed")}
