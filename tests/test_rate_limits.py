@@ -26,6 +26,7 @@ from django_outbox.ratelimits import Rate
 from tests import tasks
 from tests.conftest import wait_until
 from tests.models import Execution
+from tests.receiver import Answer
 
 STORES = ["database", "redis"]
 
@@ -201,7 +202,7 @@ def test_a_claim_takes_no_more_jobs_than_tokens_and_the_rest_keep_their_place(st
     with outbox(RATE_LIMIT_STORE=store, QUEUES={"rated": {"rate": 1, "burst": 2}}):
         first = claim_batch("w1", ["rated"], 10, 30)
         assert [job.id for job in first.jobs] == [int(r.id) for r in results[:2]]
-        assert first.retry_in is None
+        assert 0.5 < first.retry_in <= 1.0  # it got 2 of 10: when to look for more
         second = claim_batch("w1", ["rated"], 10, 30)
         assert second.jobs == []
         assert 0.5 < second.retry_in <= 1.0  # when to look again
@@ -247,6 +248,38 @@ def test_a_rated_queue_runs_at_its_rate_and_other_queues_do_not_wait(store, run_
     }
     last_quick = max(Job.objects.get(pk=r.id).finished_at for r in quick)
     assert last_quick < runs[-1].started  # the unlimited queue was not held up
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_takes_no_more_rated_jobs_than_the_worker_has_idle_threads():
+    for i in range(6):
+        tasks.add.using(queue_name="rated").enqueue(i, i)
+        tasks.add.enqueue(i, i)
+    with outbox(RATE_LIMIT_STORE="database", QUEUES={"rated": {"rate": 100, "burst": 100}}):
+        claimed = claim_batch("w1", ["default", "rated"], 10, 30, rated_room=2).jobs
+    assert sorted(job.queue for job in claimed) == ["default"] * 6 + ["rated"] * 2
+    # The tokens of the jobs it did not take went back.
+    assert ratelimits.take("queue:rated", Rate(100, 100), 100).granted >= 97
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_running_worker_comes_back_for_a_rated_queue_at_its_next_token(
+    webhook_worker,
+):
+    # Wake-ups would not bring it back: the jobs were all committed before it started.
+    rated = tasks.add.using(queue_name="rated")
+    results = [rated.enqueue(i, i) for i in range(12)]
+    with outbox(RATE_LIMIT_STORE="redis", QUEUES={"rated": {"rate": 20, "burst": 2}}):
+        started = time.monotonic()
+        webhook_worker(concurrency=4, queues=["rated"])
+        wait_until(
+            lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 12,
+            timeout=20,
+            what="the rated queue to drain",
+        )
+    # 2 at once, then 20 a second: about half a second; the stalled check is 5 s here.
+    assert time.monotonic() - started < 3.0
+    assert {Job.objects.get(pk=r.id).attempts for r in results} == {1}
 
 
 # -- tasks may hold themselves back ------------------------------------------------------
@@ -325,3 +358,48 @@ def test_an_endpoints_rate_limit_spreads_its_deliveries_and_fails_none(
     # Each waited once, for the turn it reserved, and was not held again.
     assert worker.stats.held <= 10 + 2
     assert limited.pk not in {d.endpoint_id for d in Delivery.objects.filter(status="failed")}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_after_a_reserved_turn_waits_for_a_token_of_its_own(receiver, webhook_worker):
+    receiver.script("/limited", Answer(500), Answer(200))
+    webhooks.create_endpoint(receiver.url("/limited"), rate_limit=1)  # burst 1
+    with outbox(RATE_LIMIT_STORE="database"):
+        webhook_worker(concurrency=4)
+        webhooks.send("order.placed", {"n": 1})
+        webhooks.send("order.placed", {"n": 2})
+        wait_until(
+            lambda: not Delivery.objects.filter(status=DeliveryStatus.PENDING).exists(),
+            timeout=30,
+            what="both deliveries to be sent",
+        )
+    arrived = sorted(r.started for r in receiver.at("/limited"))
+    assert len(arrived) == 3  # one first attempt failed (500) and was retried
+    # The retry schedule says 0.2 s, but one request a second is the endpoint's limit.
+    for earlier, later in pairwise(arrived):
+        assert later - earlier >= 0.9
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_missed_long_ago_sends_only_if_a_token_is_free_now():
+    from django.db import transaction
+
+    from django_outbox.exceptions import RateLimited
+    from django_outbox.webhooks.delivery import _wait_for_turn
+
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in", rate_limit=1)
+    with transaction.atomic():
+        webhooks.send("order.placed", {"n": 1})
+    delivery = Delivery.objects.select_related("endpoint").get(endpoint=endpoint)
+    late = {"at": time.time() - 60, "attempt": 1}
+    with outbox(RATE_LIMIT_STORE="database"):
+        _wait_for_turn(delivery, 1, late)  # a free token: it goes
+        with pytest.raises(RateLimited) as held:
+            _wait_for_turn(delivery, 1, late)  # none left: a new turn, not a flood
+        assert held.value.kwargs["rate_turn"]["attempt"] == 1
+        assert 0.5 < held.value.kwargs["rate_turn"]["at"] - time.time() <= 1.0
+        # A turn reserved for attempt 1 does not let attempt 2 skip the line.
+        on_time = {"at": time.time(), "attempt": 1}
+        with pytest.raises(RateLimited):
+            _wait_for_turn(delivery, 2, on_time)
+        _wait_for_turn(delivery, 1, on_time)  # attempt 1 at its turn: goes, not charged

@@ -103,6 +103,7 @@ def claim_batch(
     limit: int,
     lease_seconds: float,
     backend: str = "default",
+    rated_room: int | None = None,
 ) -> Claimed:
     """Lease up to ``limit`` due jobs of ``queues`` to ``worker_id``.
 
@@ -111,6 +112,9 @@ def claim_batch(
     the queue's lock, a rate limit for no more jobs than its bucket gives tokens (tokens
     left unused go back). The other queues are claimed together, as before, without either.
     Should a later statement fail, the jobs the earlier ones claimed are returned, not lost.
+
+    ``rated_room``: most jobs to take from rate-limited queues (a worker passes its idle
+    threads, so the jobs a rate lets through start when claimed, not later all at once).
     """
     if limit < 1 or not queues:
         return Claimed([])
@@ -125,9 +129,15 @@ def claim_batch(
     waits: list[float] = []
     # Limited queues first: each takes at most what its limits allow, so the unlimited
     # ones, which take the rest of the batch, cannot crowd them out.
+    rated_taken = 0
     for queue in limited:
         if len(rows) >= limit:
             break
+        room = limit - len(rows)
+        if queue in rates and rated_room is not None:
+            room = min(room, rated_room - rated_taken)
+            if room < 1:
+                continue
         try:
             got, wait = _claim_one_limited(
                 connection,
@@ -135,7 +145,7 @@ def claim_batch(
                 queue,
                 limits.get(queue),
                 rates.get(queue),
-                limit - len(rows),
+                room,
                 lease_seconds,
                 backend,
                 now,
@@ -146,6 +156,8 @@ def claim_batch(
             logger.warning("claim of limited queue %s failed; keeping what was claimed", queue)
             break
         rows += got
+        if queue in rates:
+            rated_taken += len(got)
         if wait is not None:
             waits.append(wait)
     if free and len(rows) < limit:
@@ -175,15 +187,19 @@ def _claim_one_limited(
     backend: str,
     now: datetime,
 ) -> tuple[list[tuple[Any, ...]], float | None]:
-    """Claim from one limited queue: (rows, seconds until its next token if it had none).
+    """Claim from one limited queue: (rows, seconds until its next token when the bucket
+    gave fewer tokens than asked for, else None).
 
     With a rate limit, the claim asks for no more jobs than the bucket gives tokens; a queue
     whose bucket is empty is not read at all, and its jobs keep their place."""
     key = f"queue:{queue}"
+    wait = None
     if rate is not None:
         grant = ratelimits.take(key, rate, limit)
         if not grant.granted:
             return [], grant.retry_in
+        if grant.granted < limit:  # it may hold more than the bucket gave: look again then
+            wait = grant.retry_in
         limit = grant.granted
     rows: list[tuple[Any, ...]] = []
     try:
@@ -196,7 +212,8 @@ def _claim_one_limited(
     finally:
         if rate is not None and len(rows) < limit:
             ratelimits.give_back(key, rate, limit - len(rows))
-    return rows, None
+            wait = None  # fewer jobs than tokens: the queue has run dry
+    return rows, wait
 
 
 def _run_claim(

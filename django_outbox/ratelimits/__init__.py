@@ -66,7 +66,9 @@ def take(key: str, rate: Rate, wanted: int) -> Grant:
 def reserve(key: str, rate: Rate) -> float:
     """Charge one token of the bucket ``key``; seconds until it may be used (0: now)."""
     full_at, now = _call(lambda store: store.reserve(key, rate))
-    return max(0.0, full_at - rate.capacity - now)
+    wait = full_at - rate.capacity - now
+    # A wait far below one interval is float rounding, not a turn to wait for.
+    return wait if wait > 0.01 * rate.interval else 0.0
 
 
 def give_back(key: str, rate: Rate, count: int) -> None:

@@ -72,7 +72,7 @@ recorder: Batcher[recording.Record, None] = Batcher(
 )
 
 
-def run(delivery_id: int, retry: bool = False, rate_turn: float | None = None) -> str:
+def run(delivery_id: int, retry: bool = False, rate_turn: dict[str, float] | None = None) -> str:
     """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure,
     or RateLimited when its endpoint's rate limit holds it back.
 
@@ -88,8 +88,8 @@ def run(delivery_id: int, retry: bool = False, rate_turn: float | None = None) -
         # Sent and logged, but its worker stopped before the job was marked done.
         recorder.submit(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
         return f"attempt {latest.number} had succeeded already: not sent again"
-    _wait_for_turn(delivery, rate_turn)
     number = (latest.number if latest else 0) + 1
+    _wait_for_turn(delivery, number, rate_turn)
     response = _attempt(delivery)
     decision = policy.decide(
         number,
@@ -105,35 +105,39 @@ def run(delivery_id: int, retry: bool = False, rate_turn: float | None = None) -
     return _conclude(delivery, number, response, decision, next_at)
 
 
-#: A reserved turn missed by more than this (workers were away) is reserved anew, so the
+#: A reserved turn missed by more than this (the workers were away or behind) is not
+#: simply taken: the delivery sends only if a token is free now, else reserves anew, so
 #: deliveries held back meanwhile do not all go at once.
 TURN_GRACE_SECONDS = 5.0
 
 
-def _wait_for_turn(delivery: Delivery, reserved: float | None) -> None:
-    """Under its endpoint's rate limit: return when this delivery may be sent now, or
-    raise RateLimited with the turn reserved for it.
+def _wait_for_turn(delivery: Delivery, number: int, turn: dict[str, float] | None) -> None:
+    """Under its endpoint's rate limit: return when attempt ``number`` may be sent now,
+    or raise RateLimited with the turn reserved for it.
 
     Every delivery over the limit reserves its own turn (one token, charged now), so a
-    backlog goes out at the rate, each held-back delivery claimed once more, at its turn."""
+    backlog goes out at the rate, each held-back delivery claimed once more, at its turn.
+    ``turn`` is what a held-back run reserved: it holds for that attempt only."""
     endpoint = delivery.endpoint
     if not endpoint.rate_limit or not endpoint.active:
         return
     rate = ratelimits.Rate.of(endpoint.rate_limit)
+    key = f"endpoint:{endpoint.pk}"
     now = time.time()
-    if reserved is not None and reserved - 1.0 <= now <= reserved + max(
-        rate.capacity, TURN_GRACE_SECONDS
-    ):
-        return  # its turn, reserved by the run that was held back
-    wait = ratelimits.reserve(f"endpoint:{endpoint.pk}", rate)
+    if turn is not None and turn.get("attempt") == number:
+        if now <= turn["at"] + max(rate.capacity, TURN_GRACE_SECONDS):
+            return  # its turn, paid for when it was reserved
+        if ratelimits.take(key, rate, 1).granted:
+            return  # late, and a token is free now
+    wait = ratelimits.reserve(key, rate)
     if wait <= 0:
         return
-    turn = now + wait
+    at = now + wait
     raise RateLimited(
-        datetime.fromtimestamp(turn, tz=UTC),
+        datetime.fromtimestamp(at, tz=UTC),
         f"{endpoint.url} takes at most {endpoint.rate_limit:g} requests per second: "
-        f"held back {wait:.3g} s",
-        kwargs={"rate_turn": turn},
+        f"attempt {number} held back {wait:.3g} s",
+        kwargs={"rate_turn": {"at": at, "attempt": number}},
     )
 
 

@@ -207,15 +207,18 @@ class Worker:
                 self._next_claim = 0.0
                 if self._refill():
                     continue
-                held_for = self._latest_held - time.monotonic()
-                if held_for > 0:
+                now = time.monotonic()
+                # Not before the next claim is due; the whole poll when none is (a claim
+                # that could not run, with every thread stuck, leaves it in the past).
+                pause = self._next_claim - now
+                pause = min(pause, self._poll_seconds) if pause > 0 else self._poll_seconds
+                if self._latest_held > now:
                     # Jobs this worker held back for a rate limit are part of its work.
-                    self._stop.wait(min(held_for, self._poll_seconds))
+                    self._stop.wait(min(pause, self._latest_held - now))
                     continue
                 if self._due_behind_a_limit():
                     # Due jobs wait for room or a token in a limited queue: wait, not leave.
-                    wait = min(self._poll_seconds, self._next_claim - time.monotonic())
-                    self._stop.wait(max(0.0, wait))
+                    self._stop.wait(pause)
                     continue
                 logger.info("worker %s: nothing is due; leaving (burst)", self.id)
                 return
@@ -274,7 +277,12 @@ class Worker:
         want = self.batch_size - in_flight
         batch = self._db(
             lambda: claim.claim_batch(
-                self.id, self.queues, want, self.settings.LEASE_SECONDS, self.backend
+                self.id,
+                self.queues,
+                want,
+                self.settings.LEASE_SECONDS,
+                self.backend,
+                rated_room=max(0, self.concurrency - in_flight),
             )
         )
         if batch is None:  # the database is unreachable: try again when _db allows
@@ -461,6 +469,7 @@ class Worker:
                 ) from exc
             except ResultNotStored as refused:
                 outcome.succeeded, outcome.return_value = False, None
+                outcome.held_until = outcome.new_kwargs = None  # fail it, do not hold it
                 outcome.error = error_record(refused)
             logger.error("worker %s: job %s: %s", self.id, outcome.job.id, first_line)
             return self._db(write)

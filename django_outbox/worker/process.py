@@ -48,9 +48,9 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
         stats = worker.run()
     if report is not None:
         report.put(stats.as_dict())
-    if worker.replace_me:
-        # A thread stuck in a timed-out job: end the process (and the thread with it) so
-        # the supervisor starts a fresh one.
+    if worker.replace_me and not worker.pool.in_flight and not worker.unwritten:
+        # A thread stuck in a timed-out job, and everything else drained: end the process
+        # (and the thread with it) so the supervisor starts a fresh one.
         logging.shutdown()
         os._exit(REPLACE_STATUS)
     if worker.abandoned or worker.unwritten:
