@@ -116,6 +116,12 @@ def test_a_500_is_retried_and_the_recovery_signalled(receiver, webhook_worker, c
         "webhook_delivery_failed",
         "webhook_delivery_recovered",
     ]
+    # Each signal carries the attempt as it was stored.
+    sent = [kwargs["attempt"] for _, kwargs in caught]
+    assert [(a.pk, a.number, a.status_code, a.succeeded) for a in sent] == [
+        (a.pk, a.number, a.status_code, a.succeeded) for a in log
+    ]
+    assert sent[0].response_body == "down" and sent[0].delivery == delivery
 
 
 def test_a_delivery_that_keeps_failing_is_failed_after_the_schedule(

@@ -77,6 +77,8 @@ class Throughput:
     requests: int
     #: Statements the workers' main loops sent (claims, completions, heartbeats), per delivery.
     loop_statements_per_delivery: float
+    #: CPU time of the worker processes (all their threads), per delivery.
+    worker_cpu_ms_per_delivery: float
 
 
 def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Throughput:
@@ -102,8 +104,15 @@ def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) 
     succeeded = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="succeeded").count()
     clean()
     statements = sum(s["statements"] for s in stats)
+    cpu = sum(s["cpu_seconds"] for s in stats)
     return Throughput(
-        total, seconds, total / seconds, succeeded, counts["requests"], statements / total
+        total,
+        seconds,
+        total / seconds,
+        succeeded,
+        counts["requests"],
+        statements / total,
+        cpu * 1000 / total,
     )
 
 

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_outbox import conf
+from django_outbox.jobs.inserts import insert_rows
 from django_outbox.jobs.returning import update_returning
 from django_outbox.jobs.rowvalues import per_row
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour
@@ -48,26 +49,43 @@ class Record:
     next_attempt_at: datetime | None = None
 
 
+#: The attempt log's columns, in the order ``_attempt_row`` gives them.
+_ATTEMPT_FIELDS = (
+    "delivery",
+    "number",
+    "started_at",
+    "duration",
+    "succeeded",
+    "status_code",
+    "response_headers",
+    "response_body",
+    "error_class",
+    "error_message",
+)
+
+
+def _attempt_row(r: Record) -> tuple[Any, ...]:
+    response = r.response
+    assert response is not None
+    return (
+        r.delivery.pk,
+        r.number,
+        response.started_at,
+        response.duration,
+        r.decision.verdict == Verdict.SUCCEEDED,
+        response.status_code,
+        response.headers,
+        response.body,
+        response.error_class,
+        response.error_message,
+    )
+
+
 def write(records: list[Record]) -> list[None]:
     now = timezone.now()
-    logged = [
-        Attempt(
-            delivery=r.delivery,
-            number=r.number,
-            started_at=r.response.started_at,
-            duration=r.response.duration,
-            succeeded=r.decision.verdict == Verdict.SUCCEEDED,
-            status_code=r.response.status_code,
-            response_headers=r.response.headers,
-            response_body=r.response.body,
-            error_class=r.response.error_class,
-            error_message=r.response.error_message,
-        )
-        for r in records
-        if r.number is not None and r.response is not None
-    ]
+    sent = [r for r in records if r.number is not None and r.response is not None]
     with transaction.atomic(using=router.db_for_write(Attempt)):
-        Attempt.objects.bulk_create(logged)
+        ids = insert_rows(Attempt, _ATTEMPT_FIELDS, [_attempt_row(r) for r in sent])
         _update_deliveries(records)
         tally(records)
     # The endpoints' health is advice: written after the attempts, one autocommit statement
@@ -79,14 +97,18 @@ def write(records: list[Record]) -> list[None]:
         logger.warning("webhooks: could not update the endpoints' failure counts (%s)", exc)
         disabled = []
 
-    _send_signals(records, logged, disabled)
+    _send_signals(records, dict(zip([id(r) for r in sent], ids, strict=True)), disabled)
     return [None] * len(records)
 
 
 def _update_deliveries(records: Sequence[Record]) -> None:
+    """One UPDATE of the batch's deliveries (written out, not compiled by the ORM: see
+    jobs/inserts.py)."""
     using = router.db_for_write(Delivery)
+    connection = connections[using]
+    quote = connection.ops.quote_name
     sent = [r for r in records if r.number is not None and r.response is not None]
-    values: dict[str, Any] = {
+    values = {
         "status": per_row(
             using, [(r.delivery.pk, _STATUS[r.decision.verdict].value) for r in records], "text"
         ),
@@ -104,7 +126,17 @@ def _update_deliveries(records: Sequence[Record]) -> None:
             "datetime",
             default="last_attempt_at",
         )
-    Delivery.objects.filter(pk__in=[r.delivery.pk for r in records]).update(**values)
+    ids = [r.delivery.pk for r in records]
+    params: list[Any] = []
+    for value in values.values():
+        params += value.params
+    assignments = ", ".join(f"{quote(name)} = {value.sql}" for name, value in values.items())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} "
+            f"WHERE {quote('id')} IN ({', '.join(['%s'] * len(ids))})",
+            [*params, *ids],
+        )
 
 
 def tally(records: Sequence[Record]) -> None:
@@ -218,11 +250,10 @@ def _days(window: timedelta) -> str:
 
 
 def _send_signals(
-    records: Sequence[Record], logged: list[Attempt], disabled: list[tuple[Endpoint, str]]
+    records: Sequence[Record], ids: dict[int, int], disabled: list[tuple[Endpoint, str]]
 ) -> None:
-    by_delivery = {a.delivery_id: a for a in logged}
+    """``ids``: the new attempt's primary key by id() of its record."""
     for r in records:
-        attempt = by_delivery.get(r.delivery.pk)
         verdict = r.decision.verdict
         if verdict == Verdict.RETRY:
             signal = signals.webhook_delivery_failed
@@ -232,6 +263,14 @@ def _send_signals(
             signal = signals.webhook_delivery_recovered
         else:
             continue
+        attempt = None
+        if id(r) in ids:  # built only for a signal: the usual success sends none
+            row = _attempt_row(r)
+            attempt = Attempt(
+                id=ids[id(r)],
+                delivery=r.delivery,
+                **dict(zip(_ATTEMPT_FIELDS[1:], row[1:], strict=True)),
+            )
         signal.send(Delivery, delivery=r.delivery, attempt=attempt)
     for endpoint, reason in disabled:
         signals.webhook_endpoint_disabled.send(Endpoint, endpoint=endpoint, reason=reason)

@@ -66,6 +66,8 @@ class WorkerStats:
     rescued: int = 0
     statements: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: CPU time of the whole process (every thread) when the worker started.
+    cpu_started: float = field(default_factory=time.process_time)
 
     @property
     def finished(self) -> int:
@@ -73,7 +75,8 @@ class WorkerStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__} | {
-            "seconds": round(time.monotonic() - self.started, 3)
+            "seconds": round(time.monotonic() - self.started, 3),
+            "cpu_seconds": round(time.process_time() - self.cpu_started, 3),
         }
 
 

@@ -178,7 +178,8 @@ class Command(BaseCommand):
                 f"message), {options['processes']} processes x {options['concurrency']} threads: "
                 f"{t.per_s:,.0f} deliveries/s ({t.seconds:.2f} s; {t.succeeded:,} succeeded, "
                 f"{t.requests:,} requests received; {t.loop_statements_per_delivery:.3f} "
-                "worker-loop statements per delivery)"
+                f"worker-loop statements and {t.worker_cpu_ms_per_delivery:.3f} ms of worker "
+                "CPU per delivery)"
             )
         if "retries" in options["parts"]:
             r = webhooks.retry_burst(options["retries"], options["concurrency"], options["fan_out"])
