@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_outbox.jobs import backoff
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.returning import column
-from django_outbox.jobs.rowvalues import per_row
+from django_outbox.jobs.rowvalues import among, per_row
 from django_outbox.models import Job, JobStatus
 
 
@@ -186,15 +186,15 @@ def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> 
         else:
             assignments.append(f"{name_sql} = %s")
             params.append(str(value))
-    ids = [o.job.id for o in outcomes]
+    ids, ids_params = among(connection.alias, "id", [o.job.id for o in outcomes])
     attempts = _per_job(outcomes, lambda o: o.job.attempts, "int")
     sql = (
         f"UPDATE {quote(Job._meta.db_table)} SET {', '.join(assignments)} "
         f"WHERE status = '{JobStatus.RUNNING.value}' AND worker_id = %s "
-        f"AND id IN ({', '.join(['%s'] * len(ids))}) AND attempts = {attempts.sql}"
+        f"AND {ids} AND attempts = {attempts.sql}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, worker_id, *ids, *attempts.params])
+        cursor.execute(sql, [*params, worker_id, *ids_params, *attempts.params])
         count: int = cursor.rowcount
     return count
 

@@ -26,22 +26,32 @@ def insert_rows(
     connection = connections[router.db_for_write(model)]
     quote = connection.ops.quote_name
     fields = [model._meta.get_field(name) for name in names]
-    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    params: list[Any] = []
-    for row in rows:
-        params += [
+    prepared = [
+        [
             field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
             for field, value in zip(fields, row, strict=True)
         ]
+        for row in rows
+    ]
     assert model._meta.pk is not None
     pk = quote(column(model, model._meta.pk.name))
-    sql = (
+    into = (
         f"INSERT INTO {quote(model._meta.db_table)} "
         f"({', '.join(quote(column(model, name)) for name in names)}) "
-        f"VALUES {', '.join([placeholders] * len(rows))} RETURNING {pk}"
     )
+    params: list[Any] = []
+    if connection.vendor == "postgresql":
+        # One array per column: the same statement text for any number of rows, which
+        # psycopg converts once (a VALUES list of N rows is a new text to parse each time).
+        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
+        sql = f"{into}SELECT * FROM unnest({arrays}) RETURNING {pk}"
+        params = [list(values) for values in zip(*prepared, strict=True)]
+    else:
+        placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        sql = f"{into}VALUES {', '.join([placeholders] * len(rows))} RETURNING {pk}"
+        params = [value for row in prepared for value in row]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        # Both databases return the rows of a multi-row VALUES in order (bulk_create relies
-        # on it too).
+        # Both databases return the inserted rows in the order given (bulk_create relies on
+        # it too).
         return [row[0] for row in cursor.fetchall()]

@@ -1,4 +1,5 @@
-"""``CASE id WHEN … THEN … END``: one UPDATE writing a different value to each row.
+"""One UPDATE writing a different value to each row: ``CASE id WHEN … THEN … END`` on
+SQLite, a lookup in two arrays on PostgreSQL.
 
 Written as raw SQL with adapted parameters: building the same CASE from ORM expressions
 costs more Python than the statement costs the database, and batched writes (job outcomes,
@@ -31,6 +32,10 @@ def per_row(
     """The value of each row by primary key; ``kind`` is datetime, json, int or text.
 
     ``default`` is SQL for rows not listed (a column name, or NULL when omitted).
+
+    On PostgreSQL the keys and values go as two array parameters, looked up with
+    ``unnest``: the statement's text is then the same for every batch, so psycopg converts
+    it once (from its cache) instead of parsing a CASE of two placeholders per row each time.
     """
     connection = connections[using]
     ops = connection.ops
@@ -40,10 +45,33 @@ def per_row(
         "int": int,
         "text": str,
     }[kind]
-    then = f"%s::{_POSTGRES_CAST[kind]}" if connection.vendor == "postgresql" else "%s"
-    whens = " ".join([f"WHEN %s THEN {then}"] * len(pairs))
-    params = [param for key, value in pairs for param in (key, adapt(value))]
+    key = ops.quote_name("id")
+    if connection.vendor == "postgresql":
+        keys = [pk for pk, _value in pairs]
+        # None stays SQL NULL, except in JSON, where it is the JSON null, as the ORM has it.
+        values = [adapt(v) if v is not None or kind == "json" else None for _pk, v in pairs]
+        cast = _POSTGRES_CAST[kind]
+        lookup = (
+            f"(SELECT t.v FROM unnest(%s::bigint[], %s::{cast}[]) AS t(k, v) "
+            f"WHERE t.k = {key} LIMIT 1)"
+        )
+        if default is None:
+            return RawSQL(lookup, [keys, values], output_field=_OUTPUT[kind]())
+        return RawSQL(
+            f"CASE WHEN {key} = ANY(%s::bigint[]) THEN {lookup} ELSE {ops.quote_name(default)} END",
+            [keys, keys, values],
+            output_field=_OUTPUT[kind](),
+        )
+    whens = " ".join(["WHEN %s THEN %s"] * len(pairs))
+    params = [param for pk, value in pairs for param in (pk, adapt(value))]
     otherwise = f" ELSE {ops.quote_name(default)}" if default else ""
-    return RawSQL(
-        f"CASE {ops.quote_name('id')} {whens}{otherwise} END", params, output_field=_OUTPUT[kind]()
-    )
+    return RawSQL(f"CASE {key} {whens}{otherwise} END", params, output_field=_OUTPUT[kind]())
+
+
+def among(using: str, column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
+    """``column`` is one of ``ids``: ``= ANY(array)`` on PostgreSQL (one parameter, the same
+    text for any number), ``IN (…)`` elsewhere."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", [list(ids)]
+    return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django_outbox import conf
 from django_outbox.jobs.inserts import insert_rows
 from django_outbox.jobs.returning import update_returning
-from django_outbox.jobs.rowvalues import per_row
+from django_outbox.jobs.rowvalues import among, per_row
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour
 from django_outbox.webhooks import signals
 from django_outbox.webhooks.http import Response
@@ -126,16 +126,15 @@ def _update_deliveries(records: Sequence[Record]) -> None:
             "datetime",
             default="last_attempt_at",
         )
-    ids = [r.delivery.pk for r in records]
+    ids, ids_params = among(using, quote("id"), [r.delivery.pk for r in records])
     params: list[Any] = []
     for value in values.values():
         params += value.params
     assignments = ", ".join(f"{quote(name)} = {value.sql}" for name, value in values.items())
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} "
-            f"WHERE {quote('id')} IN ({', '.join(['%s'] * len(ids))})",
-            [*params, *ids],
+            f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} WHERE {ids}",
+            [*params, *ids_params],
         )
 
 
