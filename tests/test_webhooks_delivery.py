@@ -442,3 +442,12 @@ def test_resending_a_delivered_message_sends_it_again_as_a_new_round(receiver, w
     (delivery,) = settled(message)
     assert delivery.status == DeliveryStatus.SUCCEEDED and delivery.resent_at is not None
     assert [a.number for a in attempts_of(delivery)] == [1, 1]  # a new round
+
+
+def test_response_headers_are_kept_as_httpx_would_show_them():
+    from django_outbox.webhooks.http import MAX_HEADERS, _kept_headers
+
+    raw = [(b"X-Seen", b"1"), (b"x-seen", b"2"), (b"X-Odd", b"\xb2"), (b"X-Nul", b"a\x00b")]
+    assert _kept_headers(raw) == {"x-seen": "1, 2", "x-odd": "\u00b2", "x-nul": "a\\x00b"}
+    many = [(f"x-{n}".encode(), b"v") for n in range(MAX_HEADERS + 10)]
+    assert len(_kept_headers(many)) == MAX_HEADERS

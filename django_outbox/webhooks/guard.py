@@ -174,19 +174,15 @@ class GuardedBackend(httpcore.SyncBackend):
         raise last or httpcore.ConnectError(f"{host!r} resolved to no address")
 
 
-class GuardedTransport(httpx.HTTPTransport):
-    """httpx's transport, with every connection made through GuardedBackend.
+def guarded_pool() -> httpcore.ConnectionPool:
+    """A connection pool of httpcore (the engine of httpx) whose every connection is made
+    through GuardedBackend.
 
-    httpx takes no network backend of its own, so the connection pool is replaced with one
-    built the same way plus ours (no proxies: one would connect on our behalf, unchecked).
-    """
-
-    def __init__(self, limits: httpx.Limits) -> None:
-        super().__init__(limits=limits, trust_env=False)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(),
-        )
+    No proxies: one would connect on our behalf, unchecked. TLS as httpx sets it up
+    (certifi's roots; no environment variables)."""
+    return httpcore.ConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        max_connections=None,
+        max_keepalive_connections=100,
+        network_backend=GuardedBackend(),
+    )
