@@ -21,6 +21,30 @@ def test_drain_runs_every_job_and_prints_its_figures(capsys, processes):
     assert not Job.objects.exists()  # the benchmark cleans up after itself
 
 
+def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys):
+    from django.db import connection
+
+    call_command(
+        "outbox_bench", "drain", "--jobs", "300", "--processes", "2", "--concurrency", "2",
+        "--peers",
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    ceiling = next(line for line in out.splitlines() if "raw-SQL ceiling" in line)
+    if connection.vendor != "postgresql":
+        assert "not measured: PostgreSQL only, not sqlite" in ceiling
+        return
+    assert "300 succeeded" in ceiling
+    # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one empty
+    # claim per thread at the end.
+    per_job = float(ceiling.split("succeeded; ")[1].split()[0])
+    assert 0.04 <= per_job <= (2 * 6 + 4) / 300
+    ratio = next(line for line in out.splitlines() if "django_outbox / ceiling" in line)
+    assert ratio.strip().endswith("%")
+    with connection.cursor() as cursor:  # the ceiling's table is gone after the run
+        cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
+        assert cursor.fetchone()[0] is None
+
+
 def test_latency_and_idle_run_and_print_a_row_per_mode(capsys):
     call_command("outbox_bench", "latency", "--jobs", "10", "--gap-ms", "10", "--modes", "poll")
     out = capsys.readouterr().out

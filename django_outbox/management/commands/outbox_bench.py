@@ -31,6 +31,12 @@ class Command(BaseCommand):
         drain_parser.add_argument("--concurrency", type=positive_int, default=4)
         drain_parser.add_argument("--batch-size", type=batch_size, default=None)
         drain_parser.add_argument("--queue", default="default")
+        drain_parser.add_argument(
+            "--peers",
+            action="store_true",
+            help="Also drain the same number of jobs with the raw-SQL ceiling (PostgreSQL), "
+            "in the same shape, and print the ratio.",
+        )
         latency_parser = workloads.add_parser(
             "latency", help="Pickup latency of one idle worker, per wake mode."
         )
@@ -98,10 +104,29 @@ class Command(BaseCommand):
             batch_size=options["batch_size"],
             queue=options["queue"],
         )
-        width = max(len(name) for name, _ in figures.rows())
+        rows = figures.rows()
+        if options["peers"]:
+            rows += self.ceiling(options, figures.drain_per_s)
+        width = max(len(name) for name, _ in rows)
         self.stdout.write("outbox_bench drain")
-        for name, value in figures.rows():
+        for name, value in rows:
             self.stdout.write(f"  {name:<{width}}  {value}")
+
+    def ceiling(self, options: dict[str, Any], ours: float) -> list[tuple[str, str]]:
+        """The raw-SQL ceiling's drain in the same shape, and how close ours came to it."""
+        from django_outbox.bench import ceiling
+
+        if not ceiling.available():
+            return [("raw-SQL ceiling", f"not measured: PostgreSQL only, not {connection.vendor}")]
+        c = ceiling.drain(options["jobs"], options["processes"], options["concurrency"])
+        return [
+            (
+                "raw-SQL ceiling",
+                f"{c.per_s:,.0f} jobs/s ({c.seconds:.2f} s; {c.succeeded:,} succeeded; "
+                f"{c.statements_per_job:.3f} statements per job; batches of {ceiling.BATCH})",
+            ),
+            ("django_outbox / ceiling", f"{ours / c.per_s:.0%}"),
+        ]
 
     def dashboard(self, options: dict[str, Any]) -> None:
         from django_outbox.bench import dashboard

@@ -1,0 +1,143 @@
+"""The raw-SQL ceiling: the fastest a job queue on this PostgreSQL can drain, for comparison.
+
+Plain psycopg, no Django: one jobs table with a partial index on queued rows, and workers
+that claim 50 at a time with ``UPDATE … WHERE id = ANY(ARRAY(SELECT … FOR UPDATE SKIP
+LOCKED LIMIT 50)) RETURNING`` and complete each batch with one UPDATE. Nothing else: no
+task lookup, no results, no leases renewed, no signals. What django_outbox adds on top is
+the difference between this and ``outbox_bench drain`` on the same database.
+
+The table is created for the run, in the database Django is configured with, and dropped
+after it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+TABLE = "outbox_bench_ceiling"
+BATCH = 50
+
+_CREATE = f"""
+DROP TABLE IF EXISTS {TABLE};
+CREATE TABLE {TABLE} (
+    id bigserial PRIMARY KEY,
+    queue text NOT NULL,
+    status text NOT NULL DEFAULT 'queued',
+    run_at timestamptz NOT NULL DEFAULT now(),
+    payload jsonb NOT NULL DEFAULT '{{}}',
+    attempts integer NOT NULL DEFAULT 0,
+    lease_until timestamptz
+);
+CREATE INDEX {TABLE}_claim ON {TABLE} (queue, run_at, id) WHERE status = 'queued';
+"""
+
+_CLAIM = f"""
+UPDATE {TABLE} SET status = 'running', attempts = attempts + 1,
+    lease_until = now() + interval '30 seconds'
+WHERE id = ANY(ARRAY(
+    SELECT id FROM {TABLE} WHERE status = 'queued' AND queue = 'default' AND run_at <= now()
+    ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED
+))
+RETURNING id, payload
+"""
+
+_COMPLETE = f"UPDATE {TABLE} SET status = 'succeeded', lease_until = NULL WHERE id = ANY(%s)"
+
+
+@dataclass(frozen=True, slots=True)
+class CeilingFigures:
+    jobs: int
+    processes: int
+    threads: int
+    seconds: float
+    per_s: float
+    statements_per_job: float
+    succeeded: int
+
+
+def available() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
+    """Fill the table with ``jobs`` rows, then time ``processes`` x ``threads`` workers
+    emptying it."""
+    if not available():
+        raise RuntimeError("the raw-SQL ceiling is measured on PostgreSQL only")
+    dsn = _dsn()
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute(_CREATE)
+        setup.execute(
+            f"INSERT INTO {TABLE} (queue) SELECT 'default' FROM generate_series(1, %s)", [jobs]
+        )
+        setup.execute(f"VACUUM ANALYZE {TABLE}")
+    context = multiprocessing.get_context("fork")
+    statements: Any = context.Value("q", 0)
+    connection.close()  # never share Django's connection with a forked child
+    started = time.perf_counter()
+    children = [
+        context.Process(target=_process, args=(dsn, threads, statements)) for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+    seconds = time.perf_counter() - started
+    with psycopg.connect(dsn, autocommit=True) as done:
+        row = done.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'").fetchone()
+        succeeded = int(row[0]) if row else 0
+        done.execute(f"DROP TABLE {TABLE}")
+    return CeilingFigures(
+        jobs=jobs,
+        processes=processes,
+        threads=threads,
+        seconds=seconds,
+        per_s=jobs / seconds,
+        statements_per_job=statements.value / jobs,
+        succeeded=succeeded,
+    )
+
+
+def _dsn() -> str:
+    settings = connection.settings_dict
+    parts = {
+        "dbname": settings["NAME"],
+        "user": settings.get("USER"),
+        "password": settings.get("PASSWORD"),
+        "host": settings.get("HOST"),
+        "port": settings.get("PORT"),
+    }
+    return " ".join(f"{key}='{value}'" for key, value in parts.items() if value)
+
+
+def _process(dsn: str, threads: int, statements: Any) -> None:
+    workers = [threading.Thread(target=_work, args=(dsn, statements)) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def _work(dsn: str, statements: Any) -> None:
+    """Claim a batch, "run" it (the jobs are no-ops), complete it; until nothing is left."""
+    import psycopg
+
+    sent = 0
+    with psycopg.connect(dsn, autocommit=True) as db:
+        while True:
+            claimed = db.execute(_CLAIM).fetchall()
+            sent += 1
+            if not claimed:
+                break
+            db.execute(_COMPLETE, [[row[0] for row in claimed]])
+            sent += 1
+    with statements.get_lock():
+        statements.value += sent
