@@ -276,3 +276,22 @@ def test_the_retry_of_a_timed_out_job_runs_and_the_late_result_is_dropped(run_wo
     # The retry did not wait for the stuck run, and the stuck run's late 1 was dropped.
     assert second.started < first.finished
     assert job_of(result).return_value == 2
+
+
+def test_quick_jobs_are_claimed_by_the_hundred_and_slow_ones_as_before(transactional_db):
+    django_outbox.enqueue_many(tasks.noop, [((), {})] * 600)
+    adaptive = Worker(queues=["default"], concurrency=2, burst=True)
+    adaptive_stats = adaptive.run()
+    django_outbox.enqueue_many(tasks.noop, [((), {})] * 600)
+    fixed_stats = Worker(queues=["default"], concurrency=2, burst=True, batch_size=8).run()
+    assert adaptive_stats.succeeded == fixed_stats.succeeded == 600
+    assert adaptive.claim_size > 100  # quick jobs: far above the default of 8
+    # Claims and completions for a few batches, not 75 of each.
+    assert adaptive_stats.statements * 4 < fixed_stats.statements
+
+    for i in range(6):
+        tasks.record_run.enqueue(f"slow-{i}", seconds=0.15)
+    slow = Worker(queues=["slow"], concurrency=2, burst=True)
+    slow.run()
+    assert Execution.objects.count() == 6
+    assert slow.claim_size == slow.batch_size == 8  # 0.15 s each: the default batch

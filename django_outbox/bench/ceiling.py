@@ -79,15 +79,20 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
             f"INSERT INTO {TABLE} (queue) SELECT 'default' FROM generate_series(1, %s)", [jobs]
         )
         setup.execute(f"VACUUM ANALYZE {TABLE}")
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: the caller may have threads (wake-up senders), which fork copies badly;
+    # the children need no Django, only this module and psycopg. Timing starts once they are
+    # all up, so their start-up is not counted against the ceiling.
+    context = multiprocessing.get_context("spawn")
     statements: Any = context.Value("q", 0)
-    connection.close()  # never share Django's connection with a forked child
-    started = time.perf_counter()
+    ready: Any = context.Barrier(processes + 1)
     children = [
-        context.Process(target=_process, args=(dsn, threads, statements)) for _ in range(processes)
+        context.Process(target=_process, args=(dsn, threads, statements, ready))
+        for _ in range(processes)
     ]
     for child in children:
         child.start()
+    ready.wait()
+    started = time.perf_counter()
     for child in children:
         child.join()
     seconds = time.perf_counter() - started
@@ -118,8 +123,9 @@ def _dsn() -> str:
     return " ".join(f"{key}='{value}'" for key, value in parts.items() if value)
 
 
-def _process(dsn: str, threads: int, statements: Any) -> None:
+def _process(dsn: str, threads: int, statements: Any, ready: Any) -> None:
     workers = [threading.Thread(target=_work, args=(dsn, statements)) for _ in range(threads)]
+    ready.wait()
     for worker in workers:
         worker.start()
     for worker in workers:

@@ -11,7 +11,7 @@ from django.db import connection
 
 import django_outbox
 from django_outbox.models import Job, JobStatus
-from django_outbox.worker.loop import default_batch_size
+from django_outbox.worker.loop import MAX_ADAPTIVE_BATCH, default_batch_size
 from django_outbox.worker.process import WorkerOptions, run
 
 #: Jobs enqueued one at a time to measure single enqueues (then deleted).
@@ -25,6 +25,8 @@ class DrainFigures:
     processes: int
     concurrency: int
     batch_size: int
+    #: How the batch size was chosen, for the table.
+    batch_label: str
     single_enqueue_per_s: float
     bulk_enqueue_per_s: float
     drain_seconds: float
@@ -37,7 +39,7 @@ class DrainFigures:
         return [
             ("database", self.database),
             ("shape", f"{self.processes} processes x {self.concurrency} threads"),
-            ("batch size", str(self.batch_size)),
+            ("batch size", self.batch_label),
             ("jobs", f"{self.jobs:,}"),
             ("enqueue, one at a time", f"{self.single_enqueue_per_s:,.0f} jobs/s"),
             ("enqueue, enqueue_many", f"{self.bulk_enqueue_per_s:,.0f} jobs/s"),
@@ -91,6 +93,9 @@ def drain(
         processes=processes,
         concurrency=concurrency,
         batch_size=batch_size or default_batch_size(concurrency),
+        batch_label=str(batch_size)
+        if batch_size
+        else f"{default_batch_size(concurrency)}, more for quick jobs (up to {MAX_ADAPTIVE_BATCH})",
         single_enqueue_per_s=single_rate,
         bulk_enqueue_per_s=bulk_rate,
         drain_seconds=seconds,

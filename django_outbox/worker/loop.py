@@ -45,8 +45,17 @@ MAX_BATCH_SIZE = 1000
 
 
 def default_batch_size(concurrency: int) -> int:
-    """Jobs claimed and held at once unless told otherwise: four per thread."""
+    """Jobs claimed and held at once unless told otherwise: four per thread, or more when
+    jobs are quick (see CLAIM_HORIZON_SECONDS)."""
     return 4 * concurrency
+
+
+#: Without --batch-size, a worker whose jobs are quick claims as many as its threads can
+#: run in this long, judged by its recent runs (at least the default batch, at most
+#: MAX_ADAPTIVE_BATCH): quick jobs then cost a claim and a completion per hundreds, not
+#: per handful, and slow jobs are claimed as before, so other workers are not starved.
+CLAIM_HORIZON_SECONDS = 0.1
+MAX_ADAPTIVE_BATCH = 500
 
 
 #: Longest a finished run waits to be written with others in one statement.
@@ -110,6 +119,10 @@ class Worker:
         self.backend = backend
         self.concurrency = concurrency
         self.batch_size = batch_size or default_batch_size(concurrency)
+        #: Whether the batch grows with quick jobs (no --batch-size given).
+        self.adaptive = batch_size is None
+        #: The batch the next claim fills up to (see claim_size()).
+        self.claim_size = self.batch_size
         self.burst = burst
         self.shutdown_timeout = shutdown_timeout
         self.parent_pid = parent_pid
@@ -272,12 +285,13 @@ class Worker:
         in_flight = self.pool.in_flight + self.pool.stuck
         if self.pool.stuck >= self.concurrency:
             return 0
-        if in_flight >= self.batch_size or in_flight > self.concurrency:
+        self.claim_size = self._claim_size()
+        if in_flight >= self.claim_size or in_flight > self.concurrency:
             return 0
         now = time.monotonic()
         if now < self._next_claim:
             return 0
-        want = self.batch_size - in_flight
+        want = self.claim_size - in_flight
         batch = self._db(
             lambda: claim.claim_batch(
                 self.id,
@@ -333,6 +347,15 @@ class Worker:
                 self._due_unknown = locked  # still locked then? ask again
         return len(jobs)
 
+    def _claim_size(self) -> int:
+        """The batch to claim up to: the fixed one, or, when adaptive, what the threads can
+        run within CLAIM_HORIZON_SECONDS at the recent pace (never below the default)."""
+        average = self.pool.average_run_seconds
+        if not self.adaptive or average is None:
+            return self.batch_size
+        quick = int(self.concurrency * CLAIM_HORIZON_SECONDS / max(average, 1e-6))
+        return max(self.batch_size, min(MAX_ADAPTIVE_BATCH, quick))
+
     def _collect(self, timeout: float) -> None:
         """Gather finished runs; write them once enough have gathered or waited long enough.
 
@@ -352,7 +375,7 @@ class Worker:
         if self._unflushed and (
             not self.pool.in_flight
             or self._stop.is_set()
-            or len(self._unflushed) >= max(1, self.batch_size // 2)
+            or len(self._unflushed) >= max(1, self.claim_size // 2)
             or time.monotonic() - self._unflushed_since >= FLUSH_LINGER_SECONDS
         ):
             self._flush()

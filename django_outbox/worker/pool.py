@@ -48,6 +48,8 @@ class Pool:
         #: Runs given up on at their timeout, by (job id, attempt): their threads run on,
         #: and whatever they return is dropped (the run was recorded as timed out).
         self._abandoned: dict[tuple[int, int], Abandoned] = {}
+        #: Recent runs' average duration, in seconds (None before the first run ends).
+        self.average_run_seconds: float | None = None
 
     @property
     def in_flight(self) -> int:
@@ -68,9 +70,16 @@ class Pool:
             self._pending[job.id] = (job, self._executor.submit(self._run, job))
 
     def _run(self, job: ClaimedJob) -> None:
+        began = time.monotonic()
         with self._lock:
-            self._started[job.id] = (time.monotonic(), threading.get_ident())
-        self._outcomes.put(execute(job))
+            self._started[job.id] = (began, threading.get_ident())
+        outcome = execute(job)
+        ran = time.monotonic() - began
+        # A moving average of run times (the newest run counts a tenth): how many jobs
+        # the worker may claim at once. A race between threads here loses one sample.
+        average = self.average_run_seconds
+        self.average_run_seconds = ran if average is None else average + (ran - average) / 10
+        self._outcomes.put(outcome)
 
     def outcomes(self, timeout: float) -> list[Outcome]:
         """Outcomes ready now; waits up to ``timeout`` seconds for the first one."""
