@@ -1,5 +1,7 @@
 """A small run of each benchmark, so the suite notices when one stops working."""
 
+import re
+
 import pytest
 from django.core.management import call_command
 
@@ -14,7 +16,8 @@ def test_drain_runs_every_job_and_prints_its_figures(capsys, processes):
         "outbox_bench", "drain", "--jobs", "300", "--processes", processes, "--concurrency", "2"
     )
     out = capsys.readouterr().out
-    assert "succeeded               300 of 300" in out
+    assert re.search(r"succeeded\s+300 of 300", out)
+    assert re.search(r"worker peak RSS\s+\d+ MB", out)
     assert f"{processes} processes x 2 threads" in out
     per_job = float(out.split("statements per job")[1].split()[0])
     assert 0 < per_job < 1
@@ -39,7 +42,9 @@ def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys)
     per_job = float(ceiling.split("succeeded; ")[1].split()[0])
     assert 0.04 <= per_job <= (2 * 6 + 4) / 300
     ratio = next(line for line in out.splitlines() if "django_outbox / ceiling" in line)
-    assert ratio.strip().endswith("%")
+    assert ratio.strip().endswith("% of its drain rate")
+    wal = next(line for line in out.splitlines() if "WAL: django_outbox / ceiling" in line)
+    assert float(wal.split()[-1].rstrip("x")) > 0
     with connection.cursor() as cursor:  # the ceiling's table is gone after the run
         cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
         assert cursor.fetchone()[0] is None

@@ -59,6 +59,8 @@ class CeilingFigures:
     per_s: float
     statements_per_job: float
     succeeded: int
+    #: WAL written from the insert of the jobs to the end of the drain, per job.
+    wal_bytes_per_job: float
 
 
 def available() -> bool:
@@ -75,6 +77,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
 
     with psycopg.connect(dsn, autocommit=True) as setup:
         setup.execute(_CREATE)
+        wal_before = _wal(setup)
         setup.execute(
             f"INSERT INTO {TABLE} (queue) SELECT 'default' FROM generate_series(1, %s)", [jobs]
         )
@@ -99,6 +102,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
     with psycopg.connect(dsn, autocommit=True) as done:
         row = done.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'").fetchone()
         succeeded = int(row[0]) if row else 0
+        wal_after = _wal(done)
         done.execute(f"DROP TABLE {TABLE}")
     return CeilingFigures(
         jobs=jobs,
@@ -108,7 +112,13 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
         per_s=jobs / seconds,
         statements_per_job=statements.value / jobs,
         succeeded=succeeded,
+        wal_bytes_per_job=(wal_after - wal_before) / jobs,
     )
+
+
+def _wal(db: Any) -> int:
+    row = db.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0])
 
 
 def _dsn() -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import connection
 
 import django_outbox
+from django_outbox.bench import pgstats
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker.loop import MAX_ADAPTIVE_BATCH, default_batch_size
 from django_outbox.worker.process import WorkerOptions, run
@@ -34,6 +35,12 @@ class DrainFigures:
     statements: int
     statements_per_job: float
     succeeded: int
+    #: PostgreSQL only: WAL written from the bulk enqueue to the end of the drain, and
+    #: transactions committed during the drain, per job.
+    wal_bytes_per_job: float | None
+    transactions_per_job: float | None
+    #: The largest worker process's peak resident memory.
+    peak_rss_mb: float
 
     def rows(self) -> list[tuple[str, str]]:
         return [
@@ -46,6 +53,15 @@ class DrainFigures:
             ("drain", f"{self.drain_per_s:,.0f} jobs/s ({self.drain_seconds:.2f} s)"),
             ("worker statements", f"{self.statements:,}"),
             ("statements per job", f"{self.statements_per_job:.3f}"),
+            (
+                "transactions per job",
+                "-" if self.transactions_per_job is None else f"{self.transactions_per_job:.3f}",
+            ),
+            (
+                "WAL per job (enqueue + run)",
+                "-" if self.wal_bytes_per_job is None else f"{self.wal_bytes_per_job:,.0f} bytes",
+            ),
+            ("worker peak RSS", f"{self.peak_rss_mb:.0f} MB (the largest process)"),
             ("succeeded", f"{self.succeeded:,} of {self.jobs:,}"),
         ]
 
@@ -71,9 +87,11 @@ def drain(
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
 
+    wal_before = pgstats.wal_position()
     started = time.perf_counter()
     django_outbox.enqueue_many(task, [((), {})] * jobs)
     bulk_rate = jobs / (time.perf_counter() - started)
+    commits_before = pgstats.commits()
 
     options = WorkerOptions(
         queues=[queue], concurrency=concurrency, batch_size=batch_size, burst=True
@@ -83,6 +101,7 @@ def drain(
     run(options, processes=processes, report=reports)
     seconds = time.perf_counter() - started
     stats = [reports.get(timeout=10) for _ in range(processes)]
+    commits_after, wal_after = pgstats.commits(), pgstats.wal_position()
 
     statements = sum(s["statements"] for s in stats)
     succeeded = bench_jobs.filter(status=JobStatus.SUCCEEDED).count()
@@ -103,4 +122,14 @@ def drain(
         statements=statements,
         statements_per_job=statements / jobs,
         succeeded=succeeded,
+        wal_bytes_per_job=per_job(wal_before, wal_after, jobs),
+        # Less the two reads of the counter themselves.
+        transactions_per_job=per_job(commits_before, commits_after, jobs, less=2),
+        peak_rss_mb=max(s["peak_rss_kb"] for s in stats) / 1024,
     )
+
+
+def per_job(before: int | None, after: int | None, jobs: int, less: int = 0) -> float | None:
+    if before is None or after is None:
+        return None
+    return max(0, after - before - less) / jobs

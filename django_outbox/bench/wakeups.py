@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import override_settings
 
+from django_outbox.bench import pgstats
 from django_outbox.models import Job
 from django_outbox.wake import redis_configured
 from django_outbox.worker import Worker
@@ -113,10 +114,10 @@ def idle(mode: str, workers: int = 4, seconds: float = 30.0, queue: str = "defau
     background = _Background(workers, queue, settle)
     with override_settings(OUTBOX=_outbox(mode)), background:
         before = [_statements(w) for w in background.workers]
-        commits_before = _commits()
+        commits_before = pgstats.commits()
         time.sleep(seconds)
         after = [_statements(w) for w in background.workers]
-        commits_after = _commits()
+        commits_after = pgstats.commits()
     per_worker = (sum(after) - sum(before)) / workers / seconds
     commits = None
     if commits_before is not None and commits_after is not None:
@@ -128,16 +129,3 @@ def idle(mode: str, workers: int = 4, seconds: float = 30.0, queue: str = "defau
 def _statements(worker: Worker) -> int:
     """What a worker sent: on its own connection, and on its listener's (postgres)."""
     return worker.stats.statements + worker.waker.statements
-
-
-def _commits() -> int | None:
-    """Transactions committed in this database so far (PostgreSQL only)."""
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else None

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox import conf, webhooks
-from django_outbox.bench import receiver
+from django_outbox.bench import pgstats, receiver
 from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
 from django_outbox.webhooks import attempts, signing
 from django_outbox.webhooks.delivery import loader, retry_loader
@@ -187,10 +187,10 @@ def fan_out(sizes: list[int], sends: int = 20) -> list[FanOut]:
         clean()
         with bench_settings():
             endpoints("https://hooks.example.com/in", size)
-            wal_before = _wal_position()
+            wal_before = pgstats.wal_position()
             with CaptureQueriesContext(connection) as queries:
                 send_messages(sends)
-            wal_after = _wal_position()
+            wal_after = pgstats.wal_position()
         statements = sum("pg_notify" not in q["sql"] for q in queries) / sends
         wal = None
         if wal_before is not None and wal_after is not None:
@@ -198,12 +198,3 @@ def fan_out(sizes: list[int], sends: int = 20) -> list[FanOut]:
         rows.append(FanOut(size, statements, wal))
     clean()
     return rows
-
-
-def _wal_position() -> int | None:
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        row = cursor.fetchone()
-    return int(row[0]) if row else None

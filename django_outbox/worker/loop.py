@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+import resource
 import socket
 import threading
 import time
@@ -86,6 +87,8 @@ class WorkerStats:
         return {name: getattr(self, name) for name in self.__dataclass_fields__} | {
             "seconds": round(time.monotonic() - self.started, 3),
             "cpu_seconds": round(time.process_time() - self.cpu_started, 3),
+            # Peak resident memory of the process so far (Linux reports kilobytes).
+            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         }
 
 

@@ -106,13 +106,15 @@ class Command(BaseCommand):
         )
         rows = figures.rows()
         if options["peers"]:
-            rows += self.ceiling(options, figures.drain_per_s)
+            rows += self.ceiling(options, figures.drain_per_s, figures.wal_bytes_per_job)
         width = max(len(name) for name, _ in rows)
         self.stdout.write("outbox_bench drain")
         for name, value in rows:
             self.stdout.write(f"  {name:<{width}}  {value}")
 
-    def ceiling(self, options: dict[str, Any], ours: float) -> list[tuple[str, str]]:
+    def ceiling(
+        self, options: dict[str, Any], ours: float, wal: float | None
+    ) -> list[tuple[str, str]]:
         """The raw-SQL ceiling's drain in the same shape, and how close ours came to it."""
         from django_outbox.bench import ceiling
 
@@ -123,10 +125,15 @@ class Command(BaseCommand):
             (
                 "raw-SQL ceiling",
                 f"{c.per_s:,.0f} jobs/s ({c.seconds:.2f} s; {c.succeeded:,} succeeded; "
-                f"{c.statements_per_job:.3f} statements per job; batches of {ceiling.BATCH})",
+                f"{c.statements_per_job:.3f} statements per job; "
+                f"{c.wal_bytes_per_job:,.0f} WAL bytes per job; batches of {ceiling.BATCH})",
             ),
-            ("django_outbox / ceiling", f"{ours / c.per_s:.0%}"),
-        ]
+            ("django_outbox / ceiling", f"{ours / c.per_s:.0%} of its drain rate"),
+        ] + (
+            []
+            if wal is None
+            else [("WAL: django_outbox / ceiling", f"{wal / c.wal_bytes_per_job:.2f}x")]
+        )
 
     def dashboard(self, options: dict[str, Any]) -> None:
         from django_outbox.bench import dashboard
