@@ -90,3 +90,20 @@ def test_webhooks_refuses_bad_arguments():
     for bad in (["--sizes", "1,x"], ["--sizes", "0"], ["--parts", "speed"]):
         with pytest.raises(CommandError):
             call_command("outbox_bench", "webhooks", *bad)
+
+
+def test_retry_storm_finishes_every_job_under_both_backoffs(capsys):
+    from django.db import connection
+
+    call_command(
+        "outbox_bench", "retry-storm", "--jobs", "20", "--hold-ms", "2", "--concurrency", "4"
+    )
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    for name in ("full", "fixed"):
+        succeeded, runs, median, worst, ratio = rows[name][2:]
+        assert int(succeeded) == 20 and int(runs) >= 20
+        assert 0 < float(median) <= float(worst)
+        assert float(ratio) == pytest.approx(float(worst) / float(median), rel=0.05, abs=0.02)
+    assert not Job.objects.exists()  # its jobs are gone, and its table
+    assert "outbox_bench_storm" not in connection.introspection.table_names()

@@ -69,6 +69,15 @@ class Command(BaseCommand):
             help=f"Comma-separated, of {', '.join(WEBHOOK_PARTS)} (default: all).",
         )
 
+        storm = workloads.add_parser(
+            "retry-storm",
+            help="Jobs contending for one row, retrying: full jitter vs a fixed ladder.",
+        )
+        storm.add_argument("--jobs", type=positive_int, default=100)
+        storm.add_argument("--hold-ms", type=positive_int, default=5)
+        storm.add_argument("--concurrency", type=positive_int, default=8)
+        storm.add_argument("--queue", default="default")
+
         board = workloads.add_parser(
             "dashboard",
             help="Render the admin's dashboard and lists over a large history of jobs.",
@@ -81,8 +90,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         logger = logging.getLogger("django_outbox")
         previous = logger.level
-        # Quiet workers; for webhooks, retries are the point, so their warnings too.
-        logger.setLevel(logging.ERROR if options["workload"] == "webhooks" else logging.WARNING)
+        # Quiet workers; for webhooks and the retry storm, retries are the point: their
+        # warnings too.
+        logger.setLevel(
+            logging.ERROR if options["workload"] in ("webhooks", "retry-storm") else logging.WARNING
+        )
         try:
             self.run_workload(options)
         finally:
@@ -97,6 +109,8 @@ class Command(BaseCommand):
             return self.idle(options)
         if options["workload"] == "dashboard":
             return self.dashboard(options)
+        if options["workload"] == "retry-storm":
+            return self.retry_storm(options)
         figures = drain(
             jobs=options["jobs"],
             processes=options["processes"],
@@ -154,6 +168,23 @@ class Command(BaseCommand):
                 )
         finally:
             dashboard.clean()
+
+    def retry_storm(self, options: dict[str, Any]) -> None:
+        from django_outbox.bench.storm import storm
+
+        self.stdout.write(
+            f"outbox_bench retry-storm, {connection.vendor}: {options['jobs']} jobs want one row "
+            f"for {options['hold_ms']} ms each; one worker of {options['concurrency']} threads"
+        )
+        header = f"{'backoff':<14}{'succeeded':>10}{'runs':>8}{'median s':>10}{'max s':>8}"
+        self.stdout.write(f"  {header}{'max / median':>14}")
+        for f in storm(
+            options["jobs"], options["hold_ms"], options["concurrency"], options["queue"]
+        ):
+            self.stdout.write(
+                f"  {f.backoff:<14}{f.succeeded:>10}{f.runs:>8}{f.median_s:>10.2f}{f.max_s:>8.2f}"
+                f"{f.tail_ratio:>14.2f}"
+            )
 
     def modes(self, options: dict[str, Any]) -> list[str]:
         available = wakeups.available_modes()
