@@ -107,3 +107,31 @@ def test_retry_storm_finishes_every_job_under_both_backoffs(capsys):
         assert float(ratio) == pytest.approx(float(worst) / float(median), rel=0.05, abs=0.02)
     assert not Job.objects.exists()  # its jobs are gone, and its table
     assert "outbox_bench_storm" not in connection.introspection.table_names()
+
+
+def test_json_writes_the_figures_the_table_shows(capsys, tmp_path):
+    import json
+
+    out_file = tmp_path / "drain.json"
+    call_command(
+        "outbox_bench", "drain", "--jobs", "200", "--processes", "1", "--concurrency", "2",
+        "--json", str(out_file),
+    )  # fmt: skip
+    table = capsys.readouterr().out
+    figures = json.loads(out_file.read_text())
+    assert figures["workload"] == "drain"
+    assert figures["options"]["jobs"] == 200 and figures["options"]["concurrency"] == 2
+    drained = figures["figures"]["drain"]
+    assert drained["succeeded"] == drained["jobs"] == 200
+    assert f"{drained['drain_per_s']:,.0f} jobs/s" in table
+    assert f"figures written to {out_file}" in table
+
+
+def test_json_to_a_place_that_cannot_be_written_fails_before_the_run(tmp_path):
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match=r"--json: cannot write .*missing/drain\.json"):
+        call_command(
+            "outbox_bench", "drain", "--jobs", "10", "--json", str(tmp_path / "missing/drain.json")
+        )
+    assert not Job.objects.exists()  # nothing was enqueued

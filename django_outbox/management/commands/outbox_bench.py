@@ -7,7 +7,10 @@ workers also run any other due job in the queue it uses.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -22,9 +25,19 @@ class Command(BaseCommand):
     help = "Benchmark django_outbox on the configured database and print the figures."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        # Every workload takes --json: its figures, machine-readable, next to the table.
+        common = CommandParser(add_help=False)
+        common.add_argument(
+            "--json",
+            type=Path,
+            metavar="FILE",
+            help="Also write the figures to FILE as JSON.",
+        )
         workloads = parser.add_subparsers(dest="workload", required=True)
         drain_parser = workloads.add_parser(
-            "drain", help="Enqueue N no-op jobs, then time workers emptying the queue."
+            "drain",
+            parents=[common],
+            help="Enqueue N no-op jobs, then time workers emptying the queue.",
         )
         drain_parser.add_argument("--jobs", type=positive_int, default=20000)
         drain_parser.add_argument("--processes", type=positive_int, default=2)
@@ -38,14 +51,14 @@ class Command(BaseCommand):
             "in the same shape, and print the ratio.",
         )
         latency_parser = workloads.add_parser(
-            "latency", help="Pickup latency of one idle worker, per wake mode."
+            "latency", parents=[common], help="Pickup latency of one idle worker, per wake mode."
         )
         latency_parser.add_argument("--jobs", type=positive_int, default=200)
         latency_parser.add_argument("--gap-ms", type=positive_int, default=50)
         latency_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
         latency_parser.add_argument("--queue", default="default")
         idle_parser = workloads.add_parser(
-            "idle", help="Statements per second of idle workers, per wake mode."
+            "idle", parents=[common], help="Statements per second of idle workers, per wake mode."
         )
         idle_parser.add_argument("--workers", type=positive_int, default=4)
         idle_parser.add_argument("--seconds", type=positive_int, default=30)
@@ -54,6 +67,7 @@ class Command(BaseCommand):
 
         hooks = workloads.add_parser(
             "webhooks",
+            parents=[common],
             help="Deliveries/s to a local receiver, a retry burst, and the fan-out sweep.",
         )
         hooks.add_argument("--deliveries", type=positive_int, default=10000)
@@ -71,6 +85,7 @@ class Command(BaseCommand):
 
         storm = workloads.add_parser(
             "retry-storm",
+            parents=[common],
             help="Jobs contending for one row, retrying: full jitter vs a fixed ladder.",
         )
         storm.add_argument("--jobs", type=positive_int, default=100)
@@ -80,6 +95,7 @@ class Command(BaseCommand):
 
         board = workloads.add_parser(
             "dashboard",
+            parents=[common],
             help="Render the admin's dashboard and lists over a large history of jobs.",
         )
         board.add_argument("--jobs", type=positive_int, default=1_000_000)
@@ -95,10 +111,25 @@ class Command(BaseCommand):
         logger.setLevel(
             logging.ERROR if options["workload"] in ("webhooks", "retry-storm") else logging.WARNING
         )
+        self.results: dict[str, Any] = {
+            "workload": options["workload"],
+            "database": connection.vendor,
+            "options": {k: v for k, v in options.items() if k not in _NOT_WORKLOAD_OPTIONS},
+            "figures": {},
+        }
+        out = options.get("json")
+        if out is not None:
+            try:  # find out now, not after a long run, that the file cannot be written
+                out.open("a").close()
+            except OSError as exc:
+                raise CommandError(f"--json: cannot write {out}: {exc.strerror or exc}") from exc
         try:
             self.run_workload(options)
         finally:
             logger.setLevel(previous)
+        if out is not None:
+            out.write_text(json.dumps(self.results, indent=2, default=str) + "\n")
+            self.stdout.write(f"figures written to {out}")
 
     def run_workload(self, options: dict[str, Any]) -> None:
         if options["workload"] == "webhooks":
@@ -118,6 +149,7 @@ class Command(BaseCommand):
             batch_size=options["batch_size"],
             queue=options["queue"],
         )
+        self.results["figures"]["drain"] = asdict(figures)
         rows = figures.rows()
         if options["peers"]:
             rows += self.ceiling(options, figures.drain_per_s, figures.wal_bytes_per_job)
@@ -135,6 +167,7 @@ class Command(BaseCommand):
         if not ceiling.available():
             return [("raw-SQL ceiling", f"not measured: PostgreSQL only, not {connection.vendor}")]
         c = ceiling.drain(options["jobs"], options["processes"], options["concurrency"])
+        self.results["figures"]["ceiling"] = asdict(c) | {"ratio": ours / c.per_s}
         return [
             (
                 "raw-SQL ceiling",
@@ -161,7 +194,9 @@ class Command(BaseCommand):
                 f"(written in {seconds:.0f} s); {options['rounds']} renders per page"
             )
             self.stdout.write(f"  {'page':<20}{'median ms':>12}{'max ms':>10}{'queries':>10}")
-            for page in dashboard.time_pages(options["rounds"]):
+            pages = dashboard.time_pages(options["rounds"])
+            self.results["figures"]["pages"] = [asdict(page) for page in pages]
+            for page in pages:
                 self.stdout.write(
                     f"  {page.page:<20}{page.median_ms:>12.1f}{page.max_ms:>10.1f}"
                     f"{page.queries:>10}"
@@ -178,9 +213,11 @@ class Command(BaseCommand):
         )
         header = f"{'backoff':<14}{'succeeded':>10}{'runs':>8}{'median s':>10}{'max s':>8}"
         self.stdout.write(f"  {header}{'max / median':>14}")
-        for f in storm(
-            options["jobs"], options["hold_ms"], options["concurrency"], options["queue"]
-        ):
+        runs = storm(options["jobs"], options["hold_ms"], options["concurrency"], options["queue"])
+        self.results["figures"]["backoffs"] = [
+            asdict(f) | {"tail_ratio": f.tail_ratio} for f in runs
+        ]
+        for f in runs:
             self.stdout.write(
                 f"  {f.backoff:<14}{f.succeeded:>10}{f.runs:>8}{f.median_s:>10.2f}{f.max_s:>8.2f}"
                 f"{f.tail_ratio:>14.2f}"
@@ -207,6 +244,7 @@ class Command(BaseCommand):
             f = wakeups.latency(
                 mode, jobs=options["jobs"], gap=options["gap_ms"] / 1000, queue=options["queue"]
             )
+            self.results["figures"].setdefault("modes", []).append(asdict(f))
             cells = "".join(f"{v:>10.1f}" for v in (f.p50_ms, f.p95_ms, f.p99_ms, f.max_ms))
             self.stdout.write(f"  {f.mode:<10}{cells}")
 
@@ -221,6 +259,7 @@ class Command(BaseCommand):
             f = wakeups.idle(
                 mode, workers=options["workers"], seconds=options["seconds"], queue=options["queue"]
             )
+            self.results["figures"].setdefault("modes", []).append(asdict(f))
             commits = "-" if f.commits_per_worker_s is None else f"{f.commits_per_worker_s:.3f}"
             self.stdout.write(f"  {f.mode:<10}{f.statements_per_worker_s:>26.3f}{commits:>26}")
 
@@ -236,6 +275,7 @@ class Command(BaseCommand):
                 options["concurrency"],
                 options["fan_out"],
             )
+            self.results["figures"]["throughput"] = asdict(t)
             write(
                 f"  throughput: {t.deliveries:,} deliveries ({options['fan_out']} endpoints per "
                 f"message), {options['processes']} processes x {options['concurrency']} threads: "
@@ -246,6 +286,9 @@ class Command(BaseCommand):
             )
         if "retries" in options["parts"]:
             r = webhooks.retry_burst(options["retries"], options["concurrency"], options["fan_out"])
+            self.results["figures"]["retries"] = asdict(r) | {
+                "lookups_per_retry": r.lookups_per_retry
+            }
             write(
                 f"  retry burst: {r.deliveries:,} deliveries failing once: {r.attempts:,} "
                 f"attempts, {r.retries:,} retries; first attempts loaded in "
@@ -255,12 +298,27 @@ class Command(BaseCommand):
             )
         if "fanout" in options["parts"]:
             write(f"  {'endpoints':>10}{'statements/send':>18}{'WAL bytes/send':>18}")
-            for row in webhooks.fan_out(options["sizes"]):
+            sweep = webhooks.fan_out(options["sizes"])
+            self.results["figures"]["fanout"] = [asdict(row) for row in sweep]
+            for row in sweep:
                 wal = "-" if row.wal_bytes_per_send is None else f"{row.wal_bytes_per_send:,.0f}"
                 write(f"  {row.endpoints:>10,}{row.statements_per_send:>18.1f}{wal:>18}")
 
 
 WEBHOOK_PARTS = ("throughput", "retries", "fanout")
+
+#: Options every command has, or that say where the figures go: not the workload's shape.
+_NOT_WORKLOAD_OPTIONS = {
+    "verbosity",
+    "settings",
+    "pythonpath",
+    "traceback",
+    "no_color",
+    "force_color",
+    "skip_checks",
+    "json",
+    "workload",
+}
 
 
 def size_list(text: str) -> list[int]:
