@@ -135,3 +135,14 @@ def test_json_to_a_place_that_cannot_be_written_fails_before_the_run(tmp_path):
             "outbox_bench", "drain", "--jobs", "10", "--json", str(tmp_path / "missing/drain.json")
         )
     assert not Job.objects.exists()  # nothing was enqueued
+
+
+def test_fanout_reports_constant_statements_per_send_and_per_queue_enqueues(capsys):
+    call_command("outbox_bench", "fanout", "--sizes", "1,5", "--queues", "1,4", "--jobs", "40")
+    lines = capsys.readouterr().out.splitlines()
+    sends = {int(line.split()[0]): float(line.split()[1]) for line in lines[3:5]}
+    assert sends[1] == sends[5]  # one send costs the same for 1 and 5 endpoints
+    spreads = {int(line.split()[0]): float(line.split()[1]) for line in lines[7:9]}
+    # A savepoint, an INSERT and a release per queue, within one transaction.
+    assert spreads[4] - spreads[1] == 3 * 3
+    assert not Job.objects.exists()

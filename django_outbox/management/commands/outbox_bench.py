@@ -83,6 +83,15 @@ class Command(BaseCommand):
             help=f"Comma-separated, of {', '.join(WEBHOOK_PARTS)} (default: all).",
         )
 
+        spread = workloads.add_parser(
+            "fanout",
+            parents=[common],
+            help="Statements and WAL per call as one send or one enqueue spreads wider.",
+        )
+        spread.add_argument("--sizes", type=size_list, default=[1, 10, 100, 1000])
+        spread.add_argument("--queues", type=size_list, default=[1, 10, 100])
+        spread.add_argument("--jobs", type=positive_int, default=1000)
+
         storm = workloads.add_parser(
             "retry-storm",
             parents=[common],
@@ -142,6 +151,8 @@ class Command(BaseCommand):
             return self.dashboard(options)
         if options["workload"] == "retry-storm":
             return self.retry_storm(options)
+        if options["workload"] == "fanout":
+            return self.fanout(options)
         figures = drain(
             jobs=options["jobs"],
             processes=options["processes"],
@@ -203,6 +214,34 @@ class Command(BaseCommand):
                 )
         finally:
             dashboard.clean()
+
+    def fanout(self, options: dict[str, Any]) -> None:
+        from django_outbox.bench import fanout, webhooks
+
+        write = self.stdout.write
+        write(f"outbox_bench fanout, {connection.vendor}")
+
+        def number(value: float | None) -> str:
+            return "-" if value is None else f"{value:,.0f}"
+
+        sends = webhooks.fan_out(options["sizes"])
+        self.results["figures"]["webhooks"] = [asdict(row) for row in sends]
+        write("  one webhooks.send() to E matching endpoints")
+        write(f"  {'E':>8}{'statements/send':>18}{'WAL bytes/send':>18}")
+        for row in sends:
+            write(
+                f"  {row.endpoints:>8,}{row.statements_per_send:>18.1f}"
+                f"{number(row.wal_bytes_per_send):>18}"
+            )
+        spreads = fanout.jobs_over_queues(options["queues"], options["jobs"])
+        self.results["figures"]["jobs"] = [asdict(row) for row in spreads]
+        write(f"  one transaction enqueueing {options['jobs']:,} jobs over K queues")
+        write(f"  {'K':>8}{'statements/call':>18}{'WAL bytes/call':>18}{'WAL bytes/job':>16}")
+        for spread in spreads:
+            write(
+                f"  {spread.queues:>8,}{spread.statements_per_call:>18.1f}"
+                f"{number(spread.wal_bytes_per_call):>18}{number(spread.wal_bytes_per_job):>16}"
+            )
 
     def retry_storm(self, options: dict[str, Any]) -> None:
         from django_outbox.bench.storm import storm
