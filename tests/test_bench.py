@@ -146,3 +146,21 @@ def test_fanout_reports_constant_statements_per_send_and_per_queue_enqueues(caps
     # A savepoint, an INSERT and a release per queue, within one transaction.
     assert spreads[4] - spreads[1] == 3 * 3
     assert not Job.objects.exists()
+
+
+def test_plot_draws_a_png_of_the_workloads_figures(capsys, tmp_path):
+    call_command(
+        "outbox_bench", "retry-storm", "--jobs", "6", "--hold-ms", "1", "--concurrency", "2",
+        "--plot", str(tmp_path),
+    )  # fmt: skip
+    chart = tmp_path / "retry-storm.png"
+    assert f"chart drawn to {chart}" in capsys.readouterr().out
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_to_a_place_that_is_not_a_directory_fails_before_the_run(tmp_path):
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="is not a directory"):
+        call_command("outbox_bench", "drain", "--jobs", "10", "--plot", str(tmp_path / "no"))
+    assert not Job.objects.exists()

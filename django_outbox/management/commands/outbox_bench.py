@@ -33,6 +33,12 @@ class Command(BaseCommand):
             metavar="FILE",
             help="Also write the figures to FILE as JSON.",
         )
+        common.add_argument(
+            "--plot",
+            type=Path,
+            metavar="DIR",
+            help="Also draw the figures to DIR/<workload>.png (needs the bench extra).",
+        )
         workloads = parser.add_subparsers(dest="workload", required=True)
         drain_parser = workloads.add_parser(
             "drain",
@@ -132,10 +138,24 @@ class Command(BaseCommand):
                 out.open("a").close()
             except OSError as exc:
                 raise CommandError(f"--json: cannot write {out}: {exc.strerror or exc}") from exc
+        charts = options.get("plot")
+        if charts is not None:
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError as exc:
+                raise CommandError(
+                    "--plot needs matplotlib: pip install 'django-outbox-tasks[bench]'"
+                ) from exc
+            if not charts.is_dir():
+                raise CommandError(f"--plot: {charts} is not a directory")
         try:
             self.run_workload(options)
         finally:
             logger.setLevel(previous)
+        if charts is not None:
+            from django_outbox.bench.plots import plot
+
+            self.stdout.write(f"chart drawn to {plot(self.results, charts)}")
         if out is not None:
             out.write_text(json.dumps(self.results, indent=2, default=str) + "\n")
             self.stdout.write(f"figures written to {out}")
@@ -356,6 +376,7 @@ _NOT_WORKLOAD_OPTIONS = {
     "force_color",
     "skip_checks",
     "json",
+    "plot",
     "workload",
 }
 

@@ -1,0 +1,118 @@
+"""``outbox_bench … --plot DIR``: a PNG chart of a workload's figures (matplotlib, from the
+``bench`` extra).
+
+Each chart is drawn from the same dictionary ``--json`` writes, so a chart never shows a
+figure the table did not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot(results: dict[str, Any], directory: Path) -> Path:
+    """Draw ``results`` (one workload's) to ``directory/<workload>.png``; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    workload, figures = results["workload"], results["figures"]
+    draw = _DRAWERS[workload]
+    panels = draw(figures)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for axis, (title, kind, labels, series, unit) in zip(axes[0], panels, strict=True):
+        if kind == "bars":
+            width = 0.8 / max(1, len(series))
+            for position, (name, values) in enumerate(series.items()):
+                offsets = [i + position * width for i in range(len(labels))]
+                axis.bar(offsets, values, width, label=name)
+            axis.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(labels))])
+            axis.set_xticklabels(labels)
+        else:
+            for name, values in series.items():
+                axis.plot(labels, values, marker="o", label=name)
+            axis.set_xscale("log")
+            axis.set_yscale("log")
+        axis.set_title(title)
+        axis.set_ylabel(unit)
+        if len(series) > 1:
+            axis.legend()
+    fig.suptitle(f"outbox_bench {workload} ({results['database']})")
+    fig.tight_layout()
+    path = directory / f"{workload}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+Panel = tuple[str, str, list[Any], dict[str, list[float]], str]
+
+
+def _drain(f: dict[str, Any]) -> list[Panel]:
+    labels = ["django_outbox"]
+    rates = [f["drain"]["drain_per_s"]]
+    if "ceiling" in f:
+        labels.append("raw-SQL ceiling")
+        rates.append(f["ceiling"]["per_s"])
+    return [("drain", "bars", labels, {"jobs/s": rates}, "jobs/s")]
+
+
+def _latency(f: dict[str, Any]) -> list[Panel]:
+    modes = f.get("modes", [])
+    series = {p: [m[f"{p}_ms"] for m in modes] for p in ("p50", "p95", "p99")}
+    return [("pickup latency", "bars", [m["mode"] for m in modes], series, "ms")]
+
+
+def _idle(f: dict[str, Any]) -> list[Panel]:
+    modes = f.get("modes", [])
+    values = {"statements/s": [m["statements_per_worker_s"] for m in modes]}
+    return [("idle cost per worker", "bars", [m["mode"] for m in modes], values, "statements/s")]
+
+
+def _sends(rows: list[dict[str, Any]]) -> Panel:
+    series = {"statements": [r["statements_per_send"] for r in rows]}
+    if all(r["wal_bytes_per_send"] is not None for r in rows):  # PostgreSQL only
+        series["WAL bytes"] = [r["wal_bytes_per_send"] for r in rows]
+    return ("one send to E endpoints", "lines", [r["endpoints"] for r in rows], series, "per send")
+
+
+def _webhooks(f: dict[str, Any]) -> list[Panel]:
+    panels: list[Panel] = []
+    if "throughput" in f:
+        rate = {"deliveries/s": [f["throughput"]["per_s"]]}
+        panels.append(("throughput", "bars", ["deliveries"], rate, "deliveries/s"))
+    if "fanout" in f:
+        panels.append(_sends(f["fanout"]))
+    return panels
+
+
+def _fanout(f: dict[str, Any]) -> list[Panel]:
+    jobs = f["jobs"]
+    series = {"statements": [r["statements_per_call"] for r in jobs]}
+    spread = ("N jobs over K queues", "lines", [r["queues"] for r in jobs], series, "per call")
+    return [_sends(f["webhooks"]), spread]
+
+
+def _storm(f: dict[str, Any]) -> list[Panel]:
+    rows = f["backoffs"]
+    series = {"median": [r["median_s"] for r in rows], "slowest": [r["max_s"] for r in rows]}
+    return [("time to finish", "bars", [r["backoff"] for r in rows], series, "seconds")]
+
+
+def _dashboard(f: dict[str, Any]) -> list[Panel]:
+    pages = f["pages"]
+    series = {"median": [p["median_ms"] for p in pages], "max": [p["max_ms"] for p in pages]}
+    return [("render time", "bars", [p["page"] for p in pages], series, "ms")]
+
+
+_DRAWERS = {
+    "drain": _drain,
+    "latency": _latency,
+    "idle": _idle,
+    "webhooks": _webhooks,
+    "fanout": _fanout,
+    "retry-storm": _storm,
+    "dashboard": _dashboard,
+}
