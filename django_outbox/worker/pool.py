@@ -1,15 +1,19 @@
-"""The thread pool that runs claimed jobs, and what the loop needs to know about it."""
+"""The thread pool that runs claimed jobs, and what the loop needs to know about it.
+
+Its own threads and a queue, not a ``ThreadPoolExecutor``: the executor makes a Future (with
+its Condition) for every job, and for quick jobs that cost the worker's main thread more
+than claiming and completing them did.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import sys
 import threading
 import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass
 
 from django.db import connections
@@ -39,10 +43,15 @@ class Pool:
 
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
-        self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="outbox-job")
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._pending: dict[int, tuple[ClaimedJob, Future[None]]] = {}
+        #: Signalled when a job is queued or the pool closes.
+        self._work = threading.Condition(self._lock)
+        #: Jobs submitted and not handed back: job id -> job.
+        self._pending: dict[int, ClaimedJob] = {}
+        #: Submitted jobs no thread has taken yet, in claim order.
+        self._waiting: deque[ClaimedJob] = deque()
+        self._closing = False
         #: Running jobs: job id -> (when its thread started it, that thread's ident).
         self._started: dict[int, tuple[float, int]] = {}
         #: Runs given up on at their timeout, by (job id, attempt): their threads run on,
@@ -50,6 +59,8 @@ class Pool:
         self._abandoned: dict[tuple[int, int], Abandoned] = {}
         #: Recent runs' average duration, in seconds (None before the first run ends).
         self.average_run_seconds: float | None = None
+        #: Started with the first job (a pool that never gets one starts none).
+        self._threads: list[threading.Thread] = []
 
     @property
     def in_flight(self) -> int:
@@ -67,12 +78,36 @@ class Pool:
 
     def submit(self, job: ClaimedJob) -> None:
         with self._lock:
-            self._pending[job.id] = (job, self._executor.submit(self._run, job))
+            if not self._threads:
+                # Daemon threads: one stuck in a job that never returns must not keep the
+                # process alive once the worker has stopped (its run was recorded already).
+                self._threads = [
+                    threading.Thread(target=self._serve, name=f"outbox-job-{n}", daemon=True)
+                    for n in range(self.concurrency)
+                ]
+                for thread in self._threads:
+                    thread.start()
+            self._pending[job.id] = job
+            self._waiting.append(job)
+            self._work.notify()
 
-    def _run(self, job: ClaimedJob) -> None:
-        began = time.monotonic()
-        with self._lock:
-            self._started[job.id] = (began, threading.get_ident())
+    def _serve(self) -> None:
+        """One thread: take the next waiting job and run it, until the pool closes."""
+        try:
+            while True:
+                with self._lock:
+                    while not self._waiting and not self._closing:
+                        self._work.wait()
+                    if not self._waiting:  # closing, and nothing left to run
+                        return
+                    job = self._waiting.popleft()
+                    began = time.monotonic()
+                    self._started[job.id] = (began, threading.get_ident())
+                self._run(job, began)
+        finally:
+            connections.close_all()
+
+    def _run(self, job: ClaimedJob, began: float) -> None:
         outcome = execute(job)
         ran = time.monotonic() - began
         # A moving average of run times (the newest run counts a tenth): how many jobs
@@ -120,7 +155,7 @@ class Pool:
         with self._lock:
             late = []
             for job_id, (started, _thread) in self._started.items():
-                job = self._pending[job_id][0] if job_id in self._pending else None
+                job = self._pending.get(job_id)
                 if job is not None and job.timeout is not None and now - started > job.timeout:
                     late.append((job, now - started))
             return late
@@ -138,28 +173,17 @@ class Pool:
 
     def cancel_waiting(self) -> list[int]:
         """Withdraw the jobs that have not started; returns their ids."""
-        cancelled = []
         with self._lock:
-            for job_id, (_job, future) in list(self._pending.items()):
-                if future.cancel():
-                    cancelled.append(job_id)
-                    del self._pending[job_id]
+            cancelled = [job.id for job in self._waiting]
+            self._waiting.clear()
+            for job_id in cancelled:
+                del self._pending[job_id]
         return cancelled
 
     def shutdown(self) -> None:
-        """Let the threads go; each closes its database connections on the way out.
-
-        Jobs not yet started were withdrawn first (cancel_waiting), so what is left in the
-        executor's queue is one closing task per thread; the barrier spreads them one per
-        thread (a stuck thread never arrives: the others give up waiting after 0.2 s).
-        """
-        barrier = threading.Barrier(self.concurrency, timeout=0.2)
-
-        def close_connections() -> None:
-            with contextlib.suppress(threading.BrokenBarrierError):
-                barrier.wait()
-            connections.close_all()
-
-        for _ in range(self.concurrency):
-            self._executor.submit(close_connections)
-        self._executor.shutdown(wait=False)
+        """Let the threads go once the jobs they hold are done; each closes its database
+        connections on the way out. Jobs not yet started were withdrawn first
+        (cancel_waiting); a thread stuck in a job leaves when (if) the job returns."""
+        with self._lock:
+            self._closing = True
+            self._work.notify_all()
