@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cache
@@ -309,21 +309,22 @@ class OutboxSettings:
 
     def concurrency_limits(self, queues: Iterable[str]) -> dict[str, int]:
         """The global concurrency limit of each of ``queues`` that has one."""
-        limits = {}
-        for queue in queues:
-            options = self.QUEUES.get(queue)
-            if options is not None and options.concurrency is not None:
-                limits[queue] = options.concurrency
-        return limits
+        return self._per_queue(queues, lambda options: options.concurrency)
 
     def rate_limits(self, queues: Iterable[str]) -> dict[str, Rate]:
         """The rate limit of each of ``queues`` that has one."""
-        limits = {}
+        return self._per_queue(queues, lambda options: options.rate_limit)
+
+    def _per_queue[T](
+        self, queues: Iterable[str], read: Callable[[QueueSettings], T | None]
+    ) -> dict[str, T]:
+        found = {}
         for queue in queues:
             options = self.QUEUES.get(queue)
-            if options is not None and options.rate_limit is not None:
-                limits[queue] = options.rate_limit
-        return limits
+            value = None if options is None else read(options)
+            if value is not None:
+                found[queue] = value
+        return found
 
 
 _NUMBER_RULES: dict[str, tuple[type, float]] = {
