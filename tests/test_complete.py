@@ -66,3 +66,28 @@ def test_a_late_result_of_an_earlier_run_does_not_land_on_the_next_run(job_facto
     stored = Job.objects.get(pk=first_run.id)
     assert (stored.status, stored.attempts, stored.return_value) == (JobStatus.RUNNING, 2, None)
     assert complete("w1", [Outcome(second_run, succeeded=True, return_value="fresh")]) == 1
+
+
+def test_array_literals_carry_numbers_times_and_nulls_exactly():
+    from datetime import UTC, datetime, timezone
+
+    from django_outbox.jobs.rowvalues import array_literal
+
+    assert array_literal([1, None, -3]) == "{1,NULL,-3}"
+    for refused in (["1,2"], [True], [1.5]):
+        with pytest.raises(TypeError, match="whole numbers and datetimes"):
+            array_literal(refused)
+    times = [
+        datetime(2026, 12, 3, 13, 0, 0, 123456, tzinfo=UTC),
+        None,
+        datetime(1999, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-7, minutes=-30))),
+    ]
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT %s::timestamptz[], %s::bigint[]",
+            [array_literal(times), array_literal([2**40, None])],
+        )
+        stored_times, stored_ids = cursor.fetchone()
+    assert stored_times == times and stored_ids == [2**40, None]

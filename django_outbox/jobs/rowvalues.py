@@ -9,6 +9,7 @@ webhook attempts) run it for every batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -47,9 +48,11 @@ def per_row(
     }[kind]
     key = ops.quote_name("id")
     if connection.vendor == "postgresql":
-        keys = [pk for pk, _value in pairs]
+        keys = array_literal([pk for pk, _value in pairs])
         # None stays SQL NULL, except in JSON, where it is the JSON null, as the ORM has it.
-        values = [adapt(v) if v is not None or kind == "json" else None for _pk, v in pairs]
+        values: Any = [adapt(v) if v is not None or kind == "json" else None for _pk, v in pairs]
+        if kind in ("int", "datetime"):
+            values = array_literal(values)
         cast = _POSTGRES_CAST[kind]
         lookup = (
             f"(SELECT t.v FROM unnest(%s::bigint[], %s::{cast}[]) AS t(k, v) "
@@ -73,5 +76,25 @@ def among(using: str, column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
     text for any number), ``IN (…)`` elsewhere."""
     connection = connections[using]
     if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s::bigint[])", [list(ids)]
+        return f"{column} = ANY(%s::bigint[])", [array_literal(ids)]
     return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+
+def array_literal(values: Sequence[int | datetime | None]) -> str:
+    """A PostgreSQL array of whole numbers or times, written as its text form: ``{1,2,NULL}``.
+
+    psycopg would dump a Python list element by element in Python (under Django's
+    client-side binding); this costs a third of that for 500 elements. Only numbers and
+    ISO 8601 times go this way: their text holds no comma, quote, brace or backslash to
+    escape. A naive time means the session's time zone, as psycopg sends it."""
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        elif isinstance(value, datetime):
+            parts.append(value.isoformat())
+        elif isinstance(value, int) and not isinstance(value, bool):
+            parts.append(str(value))
+        else:
+            raise TypeError(f"array_literal takes whole numbers and datetimes, not {value!r}")
+    return "{" + ",".join(parts) + "}"
