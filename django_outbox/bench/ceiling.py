@@ -72,10 +72,12 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
     emptying it."""
     if not available():
         raise RuntimeError("the raw-SQL ceiling is measured on PostgreSQL only")
-    dsn = _dsn()
+    from django_outbox.wake.postgres import plain_params
+
+    params = plain_params(connection.alias)  # the same server, user and options as Django's
     import psycopg
 
-    with psycopg.connect(dsn, autocommit=True) as setup:
+    with psycopg.connect(**params, autocommit=True) as setup:
         setup.execute(_CREATE)
         wal_before = _wal(setup)
         setup.execute(
@@ -89,7 +91,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
     statements: Any = context.Value("q", 0)
     ready: Any = context.Barrier(processes + 1)
     children = [
-        context.Process(target=_process, args=(dsn, threads, statements, ready))
+        context.Process(target=_process, args=(params, threads, statements, ready))
         for _ in range(processes)
     ]
     for child in children:
@@ -99,7 +101,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
     for child in children:
         child.join()
     seconds = time.perf_counter() - started
-    with psycopg.connect(dsn, autocommit=True) as done:
+    with psycopg.connect(**params, autocommit=True) as done:
         row = done.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'").fetchone()
         succeeded = int(row[0]) if row else 0
         wal_after = _wal(done)
@@ -121,20 +123,8 @@ def _wal(db: Any) -> int:
     return int(row[0])
 
 
-def _dsn() -> str:
-    settings = connection.settings_dict
-    parts = {
-        "dbname": settings["NAME"],
-        "user": settings.get("USER"),
-        "password": settings.get("PASSWORD"),
-        "host": settings.get("HOST"),
-        "port": settings.get("PORT"),
-    }
-    return " ".join(f"{key}='{value}'" for key, value in parts.items() if value)
-
-
-def _process(dsn: str, threads: int, statements: Any, ready: Any) -> None:
-    workers = [threading.Thread(target=_work, args=(dsn, statements)) for _ in range(threads)]
+def _process(params: dict[str, Any], threads: int, statements: Any, ready: Any) -> None:
+    workers = [threading.Thread(target=_work, args=(params, statements)) for _ in range(threads)]
     ready.wait()
     for worker in workers:
         worker.start()
@@ -142,12 +132,12 @@ def _process(dsn: str, threads: int, statements: Any, ready: Any) -> None:
         worker.join()
 
 
-def _work(dsn: str, statements: Any) -> None:
+def _work(params: dict[str, Any], statements: Any) -> None:
     """Claim a batch, "run" it (the jobs are no-ops), complete it; until nothing is left."""
     import psycopg
 
     sent = 0
-    with psycopg.connect(dsn, autocommit=True) as db:
+    with psycopg.connect(**params, autocommit=True) as db:
         while True:
             claimed = db.execute(_CLAIM).fetchall()
             sent += 1

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from django_outbox.jobs import backoff
 from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.expressions import remove_last_sql
 from django_outbox.jobs.returning import column
 from django_outbox.jobs.rowvalues import among, per_row
 from django_outbox.models import Job, JobStatus
@@ -44,12 +45,17 @@ class Outcome:
     new_kwargs: dict[str, Any] | None = None
 
     @property
+    def held(self) -> bool:
+        """A rate limit held the run back: it goes back to the queue, not an attempt."""
+        return self.held_until is not None and not self.succeeded and not self.cancelled
+
+    @property
     def will_retry(self) -> bool:
         return (
             not self.succeeded
             and not self.final
             and not self.cancelled
-            and self.held_until is None
+            and not self.held
             and self.job.attempts < self.job.max_attempts
         )
 
@@ -79,7 +85,7 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     failed: list[Outcome] = []
     held: list[Outcome] = []
     for outcome in outcomes:
-        if outcome.held_until is not None and not outcome.succeeded and not outcome.cancelled:
+        if outcome.held:
             held.append(outcome)
         elif outcome.succeeded:
             succeeded.append(outcome)
@@ -141,17 +147,13 @@ def _hold_back(worker_id: str, held: list[Outcome]) -> int:
     attempts = quote(column(Job, "attempts"))
     worker_ids = quote(column(Job, "worker_ids"))
     started_at = quote(column(Job, "started_at"))
-    if connection.vendor == "postgresql":
-        one_less = f"({worker_ids} - -1)"
-    else:
-        one_less = f"json_remove({worker_ids}, '$[#-1]')"
     values: dict[str, Any] = {
         "status": JobStatus.QUEUED,
         "run_at": _per_job(held, lambda o: o.held_until, "datetime"),
         "lease_until": None,
         "worker_id": None,
         "attempts": RawSQL(f"{attempts} - 1", []),
-        "worker_ids": RawSQL(one_less, []),
+        "worker_ids": RawSQL(remove_last_sql(connection.vendor, worker_ids), []),
         "started_at": RawSQL(f"CASE WHEN {attempts} = 1 THEN NULL ELSE {started_at} END", []),
     }
     rewritten = [o for o in held if o.new_kwargs is not None]

@@ -46,8 +46,18 @@ class JSONRemoveLast(_JSONArrayFunc):
 
     def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         column, params = compiler.compile(self.get_source_expressions()[0])
-        return f"({column} - -1)", params
+        return remove_last_sql("postgresql", column), params
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         column, params = compiler.compile(self.get_source_expressions()[0])
-        return f"json_remove({column}, '$[#-1]')", params
+        return remove_last_sql("sqlite", column), params
+
+
+def remove_last_sql(vendor: str, column: str) -> str:
+    """SQL for ``column`` (already quoted) without the last element of its JSON array; for
+    statements written out rather than built by the ORM."""
+    if vendor == "postgresql":
+        return f"({column} - -1)"
+    if vendor == "sqlite":
+        return f"json_remove({column}, '$[#-1]')"
+    raise NotSupportedError("JSONRemoveLast supports PostgreSQL and SQLite only.")

@@ -76,12 +76,19 @@ class PostgresSender(Sender):
             cursor.execute(f"SELECT {calls}", params)
 
 
-def listener_params(using: str) -> dict[str, Any]:
-    """psycopg.connect() keywords for the database ``using``, with timeouts that bound a
-    dead network to seconds."""
+def plain_params(using: str) -> dict[str, Any]:
+    """psycopg.connect() keywords for the database ``using``, as Django builds them, less
+    what only Django's own connections take."""
     params = dict(connections[using].get_connection_params())
     for django_only in ("cursor_factory", "context", "prepare_threshold", "pool"):
         params.pop(django_only, None)
+    return params
+
+
+def listener_params(using: str) -> dict[str, Any]:
+    """psycopg.connect() keywords for the database ``using``, with timeouts that bound a
+    dead network to seconds."""
+    params = plain_params(using)
     params.update(
         autocommit=True,
         connect_timeout=CONNECT_SECONDS,

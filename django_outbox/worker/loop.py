@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import Error as DatabaseErrors
@@ -518,12 +519,11 @@ class Worker:
 
     def _record(self, outcome: Outcome) -> None:
         job = outcome.job
-        if outcome.held_until is not None and not outcome.succeeded and not outcome.cancelled:
+        if outcome.held:
+            assert outcome.held_until is not None
             self.stats.held += 1  # back in the queue, not an attempt: look again then
-            at = _monotonic_at(outcome.held_until.timestamp())
+            at = self._look_again_at(outcome.held_until)
             self._latest_held = max(self._latest_held, at)
-            self._next_claim = min(self._next_claim, at)
-            heapq.heappush(self._retries_due, at)
             return
         if outcome.succeeded:
             self.stats.succeeded += 1
@@ -531,9 +531,7 @@ class Worker:
         elif outcome.will_retry:
             self.stats.retried += 1
             if outcome.retry_at is not None:  # look again when it falls due
-                at = _monotonic_at(outcome.retry_at.timestamp())
-                self._next_claim = min(self._next_claim, at)
-                heapq.heappush(self._retries_due, at)
+                self._look_again_at(outcome.retry_at)
             logger.warning(
                 "job %s (%s) failed attempt %d of %d; will retry: %s",
                 job.id,
@@ -552,6 +550,14 @@ class Worker:
             return  # nothing to build a TaskResult from; the job row says it all
         result = claimed_job_result(task, job, status, outcome)
         task_finished.send(type(task.get_backend()), task_result=result)
+
+    def _look_again_at(self, when: datetime) -> float:
+        """Claim again when a job this worker put back falls due; returns that moment on
+        the monotonic clock."""
+        at = _monotonic_at(when.timestamp())
+        self._next_claim = min(self._next_claim, at)
+        heapq.heappush(self._retries_due, at)
+        return at
 
     def _maintain(self) -> None:
         now = time.monotonic()
