@@ -1,5 +1,6 @@
 """A small run of each benchmark, so the suite notices when one stops working."""
 
+import json
 import re
 
 import pytest
@@ -163,4 +164,115 @@ def test_plot_to_a_place_that_is_not_a_directory_fails_before_the_run(tmp_path):
 
     with pytest.raises(CommandError, match="is not a directory"):
         call_command("outbox_bench", "drain", "--jobs", "10", "--plot", str(tmp_path / "no"))
+    assert not Job.objects.exists()
+
+
+def _peer_figures(path):
+    import json
+
+    return {peer["peer"]: peer for peer in json.loads(path.read_text())["figures"]["peers"]}
+
+
+def _peer_leftovers():
+    """Schemas or Redis keys a peer left behind (there must be none)."""
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    left = []
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'outbox_bench%%'")
+            left += [row[0] for row in cursor.fetchall()]
+    client = redis.Redis.from_url(settings.CACHES["redis"]["LOCATION"])
+    return left + [key.decode() for key in client.scan_iter("outbox_bench_celery:*")]
+
+
+def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path):
+    from django.db import connection
+
+    out_file = tmp_path / "drain.json"
+    call_command(
+        "outbox_bench", "drain", "--jobs", "200", "--processes", "1", "--concurrency", "2",
+        "--peers", "--peer-jobs", "60", "--json", str(out_file),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    peers = _peer_figures(out_file)
+    assert set(peers) == {"django-tasks-db", "procrastinate", "celery"}
+    postgres_peers = ("django-tasks-db", "procrastinate")
+    if connection.vendor != "postgresql":
+        for name in postgres_peers:
+            assert peers[name]["missing"] == "runs on PostgreSQL here, not sqlite"
+            assert re.search(rf"{name}\s+not measured: runs on PostgreSQL here", out)
+    measured = ["celery", *(postgres_peers if connection.vendor == "postgresql" else ())]
+    ours = json.loads(out_file.read_text())["figures"]["drain"]["drain_per_s"]
+    for name in measured:
+        peer = peers[name]
+        assert peer["succeeded"] == peer["jobs"] == 60, name
+        assert (peer["processes"], peer["threads"]) == (1, 2)
+        assert peer["per_s"] > 0 and peer["enqueue_per_s"] > 0
+        row = next(line for line in out.splitlines() if line.strip().startswith(name))
+        assert f"{peer['per_s']:,.0f}" in row
+        assert f"{ours / peer['per_s']:.1f}x" in row
+        if name == "celery":  # Redis commands, not PostgreSQL's counts
+            assert peer["redis_commands_per_job"] > 0 and peer["transactions_per_job"] is None
+        else:  # every job costs each of these peers at least one transaction and some WAL
+            assert peer["transactions_per_job"] >= 1 and peer["wal_bytes_per_job"] > 0
+    fastest = max(measured, key=lambda name: peers[name]["per_s"])
+    assert f"django_outbox / fastest peer ({fastest}): " in out
+    assert _peer_leftovers() == []
+
+
+def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
+    from django.db import connection
+
+    call_command(
+        "outbox_bench", "latency", "--jobs", "5", "--gap-ms", "20", "--modes", "poll", "--peers",
+        "--json", str(tmp_path / "latency.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    measured = ["celery"]
+    if connection.vendor == "postgresql":
+        measured += ["django-tasks-db", "procrastinate"]
+    peers = _peer_figures(tmp_path / "latency.json")
+    for name in measured:
+        assert peers[name]["jobs"] == 5
+        row = next(line for line in out.splitlines() if line.strip().startswith(name))
+        p50, p95, p99, worst = (float(x) for x in row.split()[1:])
+        # django-tasks-db polls once a second: a pickup can take up to that, and no longer.
+        assert 0 < p50 <= p95 <= p99 <= worst < 2000, name
+
+    call_command(
+        "outbox_bench", "idle", "--workers", "1", "--seconds", "2", "--modes", "poll", "--peers",
+        "--json", str(tmp_path / "idle.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    peers = _peer_figures(tmp_path / "idle.json")
+    for name in measured:
+        assert peers[name]["workers"] == 1
+        assert peers[name]["unit"] == ("Redis commands" if name == "celery" else "transactions")
+        assert peers[name]["per_worker_s"] >= 0
+        assert re.search(rf"{name}\s+-\s+", out)
+    if connection.vendor == "postgresql":
+        # django-tasks-db looks for work every second when idle: it is never free.
+        assert peers["django-tasks-db"]["per_worker_s"] >= 0.5
+    assert _peer_leftovers() == []
+
+
+def test_a_peer_process_that_fails_is_reported_with_its_output():
+    from django_outbox.bench.peers.base import Children, PeerError, clock_drain
+
+    with Children("django_outbox.bench.peers.no_such_module", {}) as children:
+        children.start("worker")
+        with pytest.raises(PeerError, match=r"(?s)worker failed:.*No module named"):
+            clock_drain(lambda: 0, 10, children)
+        with pytest.raises(PeerError, match=r"(?s)setup failed:.*No module named"):
+            children.run("setup")
+
+
+def test_peer_jobs_must_be_a_positive_number():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--peer-jobs"):
+        call_command("outbox_bench", "drain", "--peers", "--peer-jobs", "0")
     assert not Job.objects.exists()

@@ -29,7 +29,10 @@ def plot(results: dict[str, Any], directory: Path) -> Path:
                 offsets = [i + position * width for i in range(len(labels))]
                 axis.bar(offsets, values, width, label=name)
             axis.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(labels))])
-            axis.set_xticklabels(labels)
+            many = len(labels) > 3  # peers' names overlap when level
+            axis.set_xticklabels(
+                labels, rotation=25 if many else 0, ha="right" if many else "center"
+            )
         else:
             for name, values in series.items():
                 axis.plot(labels, values, marker="o", label=name)
@@ -56,19 +59,40 @@ def _drain(f: dict[str, Any]) -> list[Panel]:
     if "ceiling" in f:
         labels.append("raw-SQL ceiling")
         rates.append(f["ceiling"]["per_s"])
+    for peer in _measured(f):
+        labels.append(peer["peer"])
+        rates.append(peer["per_s"])
     return [("drain", "bars", labels, {"jobs/s": rates}, "jobs/s")]
 
 
+def _measured(f: dict[str, Any]) -> list[dict[str, Any]]:
+    """The peers that ran (the others have a reason or an error instead of figures)."""
+    return [peer for peer in f.get("peers", []) if "missing" not in peer and "failed" not in peer]
+
+
 def _latency(f: dict[str, Any]) -> list[Panel]:
-    modes = f.get("modes", [])
-    series = {p: [m[f"{p}_ms"] for m in modes] for p in ("p50", "p95", "p99")}
-    return [("pickup latency", "bars", [m["mode"] for m in modes], series, "ms")]
+    rows = f.get("modes", []) + _measured(f)
+    series = {p: [r[f"{p}_ms"] for r in rows] for p in ("p50", "p95", "p99")}
+    labels = [r.get("mode") or r["peer"] for r in rows]
+    return [("pickup latency", "bars", labels, series, "ms")]
 
 
 def _idle(f: dict[str, Any]) -> list[Panel]:
     modes = f.get("modes", [])
-    values = {"statements/s": [m["statements_per_worker_s"] for m in modes]}
-    return [("idle cost per worker", "bars", [m["mode"] for m in modes], values, "statements/s")]
+    labels = [m["mode"] for m in modes]
+    # What the server counted: PostgreSQL's commits (or the worker's statements where the
+    # database keeps no count), or Redis's commands for a Redis peer.
+    values = [
+        m["statements_per_worker_s"]
+        if m["commits_per_worker_s"] is None
+        else m["commits_per_worker_s"]
+        for m in modes
+    ]
+    for peer in _measured(f):
+        labels.append(peer["peer"] if peer["unit"] == "transactions" else f"{peer['peer']} (Redis)")
+        values.append(peer["per_worker_s"])
+    series = {"per idle worker": values}
+    return [("idle cost per worker", "bars", labels, series, "transactions or commands/s")]
 
 
 def _sends(rows: list[dict[str, Any]]) -> Panel:

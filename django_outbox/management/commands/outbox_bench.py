@@ -17,7 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from django_outbox.bench import wakeups
-from django_outbox.bench.drain import drain
+from django_outbox.bench.drain import DrainFigures, drain
+from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.management.commands.runworker import batch_size, positive_int
 
 
@@ -53,8 +54,15 @@ class Command(BaseCommand):
         drain_parser.add_argument(
             "--peers",
             action="store_true",
-            help="Also drain the same number of jobs with the raw-SQL ceiling (PostgreSQL), "
-            "in the same shape, and print the ratio.",
+            help="Also drain the same number of jobs in the same shape with the raw-SQL "
+            "ceiling (PostgreSQL) and the installed peers (the bench-peers extra), and print "
+            "the ratios.",
+        )
+        drain_parser.add_argument(
+            "--peer-jobs",
+            type=positive_int,
+            default=None,
+            help="Jobs for each peer to drain (default: --jobs); the slow ones take minutes.",
         )
         latency_parser = workloads.add_parser(
             "latency", parents=[common], help="Pickup latency of one idle worker, per wake mode."
@@ -63,6 +71,9 @@ class Command(BaseCommand):
         latency_parser.add_argument("--gap-ms", type=positive_int, default=50)
         latency_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
         latency_parser.add_argument("--queue", default="default")
+        latency_parser.add_argument(
+            "--peers", action="store_true", help="Also measure the installed peers."
+        )
         idle_parser = workloads.add_parser(
             "idle", parents=[common], help="Statements per second of idle workers, per wake mode."
         )
@@ -70,6 +81,9 @@ class Command(BaseCommand):
         idle_parser.add_argument("--seconds", type=positive_int, default=30)
         idle_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
         idle_parser.add_argument("--queue", default="default")
+        idle_parser.add_argument(
+            "--peers", action="store_true", help="Also measure the installed peers."
+        )
 
         hooks = workloads.add_parser(
             "webhooks",
@@ -188,6 +202,8 @@ class Command(BaseCommand):
         self.stdout.write("outbox_bench drain")
         for name, value in rows:
             self.stdout.write(f"  {name:<{width}}  {value}")
+        if options["peers"]:
+            self.peer_drains(options, figures)
 
     def ceiling(
         self, options: dict[str, Any], ours: float, wal: float | None
@@ -212,6 +228,75 @@ class Command(BaseCommand):
             if wal is None
             else [("WAL: django_outbox / ceiling", f"{wal / c.wal_bytes_per_job:.2f}x")]
         )
+
+    def peer_drains(self, options: dict[str, Any], ours: DrainFigures) -> None:
+        """The same drain by each installed peer, one after the other, and the ratios."""
+        write = self.stdout.write
+        jobs = options["peer_jobs"] or options["jobs"]
+        write(
+            f"  peers, {jobs:,} jobs each, {ours.processes} x {ours.concurrency} "
+            "(rates from each one's first job done to its last):"
+        )
+        header = f"{'drain jobs/s':>14}{'ours / it':>11}{'enqueue/s':>11}"
+        write(f"    {'peer':<16}{header}{'tx/job':>8}{'WAL B/job':>11}{'Redis cmd/job':>15}")
+        fastest: tuple[str, float] | None = None
+        for peer in all_peers():
+            missing = peer.missing()
+            if missing is not None:
+                write(f"    {peer.name:<16}not measured: {missing}")
+                self.results["figures"].setdefault("peers", []).append(
+                    {"peer": peer.name, "missing": missing}
+                )
+                continue
+            try:
+                f = peer.drain(jobs, ours.processes, ours.concurrency)
+            except PeerError as exc:
+                self.peer_failed(peer.name, exc)
+                continue
+            self.results["figures"].setdefault("peers", []).append(asdict(f))
+            if fastest is None or f.per_s > fastest[1]:
+                fastest = (f.peer, f.per_s)
+            write(
+                f"    {f.peer:<16}{f.per_s:>14,.0f}{ours.drain_per_s / f.per_s:>10.1f}x"
+                f"{f.enqueue_per_s:>11,.0f}{_cell(f.transactions_per_job, '.2f'):>8}"
+                f"{_cell(f.wal_bytes_per_job, ',.0f'):>11}"
+                f"{_cell(f.redis_commands_per_job, '.1f'):>15}"
+            )
+            write(f"      {f.how}")
+        if fastest is not None:
+            ratio = ours.drain_per_s / fastest[1]
+            self.results["figures"]["fastest_peer"] = {"peer": fastest[0], "ratio": ratio}
+            write(f"  django_outbox / fastest peer ({fastest[0]}): {ratio:.1f}x")
+
+    def peer_failed(self, name: str, exc: Exception) -> None:
+        """A peer that failed is reported, with its output in the JSON; the others go on."""
+        first = str(exc).splitlines()[0]
+        self.stdout.write(f"    {name:<16}failed: {first} (the whole output is in --json)")
+        self.results["figures"].setdefault("peers", []).append({"peer": name, "failed": str(exc)})
+
+    def peer_rows(self, options: dict[str, Any], measure: str) -> list[Any]:
+        """``measure`` ("latency" or "idle") for each installed peer; the missing ones
+        are printed with the reason."""
+        if not options["peers"]:
+            return []
+        measured = []
+        for peer in all_peers():
+            missing = peer.missing()
+            if missing is not None:
+                self.stdout.write(f"  {peer.name:<16}not measured: {missing}")
+                continue
+            f: Any
+            try:
+                if measure == "latency":
+                    f = peer.latency(options["jobs"], options["gap_ms"] / 1000)
+                else:
+                    f = peer.idle(options["workers"], options["seconds"])
+            except PeerError as exc:
+                self.peer_failed(peer.name, exc)
+                continue
+            self.results["figures"].setdefault("peers", []).append(asdict(f))
+            measured.append(f)
+        return measured
 
     def dashboard(self, options: dict[str, Any]) -> None:
         from django_outbox.bench import dashboard
@@ -298,14 +383,18 @@ class Command(BaseCommand):
             f"outbox_bench latency: {options['jobs']} jobs, {options['gap_ms']} ms apart, "
             f"one idle worker, {connection.vendor}"
         )
-        self.stdout.write(f"  {'wake':<10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+        columns = "".join(f"{name:>10}" for name in ("p50 ms", "p95 ms", "p99 ms", "max ms"))
+        self.stdout.write(f"  {'wake / peer':<16}{columns}")
         for mode in self.modes(options):
             f = wakeups.latency(
                 mode, jobs=options["jobs"], gap=options["gap_ms"] / 1000, queue=options["queue"]
             )
             self.results["figures"].setdefault("modes", []).append(asdict(f))
             cells = "".join(f"{v:>10.1f}" for v in (f.p50_ms, f.p95_ms, f.p99_ms, f.max_ms))
-            self.stdout.write(f"  {f.mode:<10}{cells}")
+            self.stdout.write(f"  {f.mode:<16}{cells}")
+        for p in self.peer_rows(options, "latency"):
+            cells = "".join(f"{v:>10.1f}" for v in (p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms))
+            self.stdout.write(f"  {p.peer:<16}{cells}")
 
     def idle(self, options: dict[str, Any]) -> None:
         self.stdout.write(
@@ -313,14 +402,21 @@ class Command(BaseCommand):
             f"{connection.vendor}"
         )
         columns = f"{'statements/s per worker':>26}{'db commits/s per worker':>26}"
-        self.stdout.write(f"  {'wake':<10}{columns}")
+        if options["peers"]:
+            columns += f"{'Redis commands/s per worker':>30}"
+        self.stdout.write(f"  {'wake / peer':<16}{columns}")
         for mode in self.modes(options):
             f = wakeups.idle(
                 mode, workers=options["workers"], seconds=options["seconds"], queue=options["queue"]
             )
             self.results["figures"].setdefault("modes", []).append(asdict(f))
             commits = "-" if f.commits_per_worker_s is None else f"{f.commits_per_worker_s:.3f}"
-            self.stdout.write(f"  {f.mode:<10}{f.statements_per_worker_s:>26.3f}{commits:>26}")
+            self.stdout.write(f"  {f.mode:<16}{f.statements_per_worker_s:>26.3f}{commits:>26}")
+        for p in self.peer_rows(options, "idle"):
+            # Peers are counted by the server: PostgreSQL's commits, or Redis's commands.
+            value = f"{p.per_worker_s:.3f}"
+            cells = f"{value:>26}{'-':>30}" if p.unit == "transactions" else f"{'-':>26}{value:>30}"
+            self.stdout.write(f"  {p.peer:<16}{'-':>26}{cells}")
 
     def webhooks(self, options: dict[str, Any]) -> None:
         from django_outbox.bench import webhooks
@@ -379,6 +475,10 @@ _NOT_WORKLOAD_OPTIONS = {
     "plot",
     "workload",
 }
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def size_list(text: str) -> list[int]:
