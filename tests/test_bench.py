@@ -233,12 +233,14 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
     out = capsys.readouterr().out
     measured = ["celery"]
     if connection.vendor == "postgresql":
-        measured += ["django-tasks-db", "procrastinate"]
+        measured += ["raw-SQL ceiling", "django-tasks-db", "procrastinate"]
+    else:
+        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
     peers = _peer_figures(tmp_path / "latency.json")
     for name in measured:
         assert peers[name]["jobs"] == 5
         row = next(line for line in out.splitlines() if line.strip().startswith(name))
-        p50, p95, p99, worst = (float(x) for x in row.split()[1:])
+        p50, p95, p99, worst = (float(x) for x in re.findall(r"\d+\.\d", row))
         # django-tasks-db polls once a second: a pickup can take up to that, and no longer.
         assert 0 < p50 <= p95 <= p99 <= worst < 2000, name
 
@@ -256,6 +258,10 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
     if connection.vendor == "postgresql":
         # django-tasks-db looks for work every second when idle: it is never free.
         assert peers["django-tasks-db"]["per_worker_s"] >= 0.5
+        row = next(line for line in out.splitlines() if line.startswith("  raw-SQL ceiling"))
+        assert float(row.split()[3]) == pytest.approx(
+            peers["raw-SQL ceiling"]["per_worker_s"], abs=1e-3
+        )
     assert _peer_leftovers() == []
 
 

@@ -6,6 +6,10 @@ LOCKED LIMIT 50)) RETURNING`` and complete each batch with one UPDATE. Nothing e
 task lookup, no results, no leases renewed, no signals. What django_outbox adds on top is
 the difference between this and ``outbox_bench drain`` on the same database.
 
+For pickup latency and idle cost, its workers LISTEN and an enqueue is an INSERT and a
+NOTIFY in one transaction; an idle worker claims once every ``POLL_SECONDS`` in case a
+notification was missed.
+
 The table is created for the run, in the database Django is configured with, and dropped
 after it.
 """
@@ -20,8 +24,12 @@ from typing import Any
 
 from django.db import connection
 
+from django_outbox.bench.peers.base import PeerIdle, PeerLatency, latency_figures
+
 TABLE = "outbox_bench_ceiling"
 BATCH = 50
+#: An idle ceiling worker's safety-net poll (Procrastinate's default, too).
+POLL_SECONDS = 5.0
 
 _CREATE = f"""
 DROP TABLE IF EXISTS {TABLE};
@@ -32,14 +40,16 @@ CREATE TABLE {TABLE} (
     run_at timestamptz NOT NULL DEFAULT now(),
     payload jsonb NOT NULL DEFAULT '{{}}',
     attempts integer NOT NULL DEFAULT 0,
-    lease_until timestamptz
+    lease_until timestamptz,
+    enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    started_at timestamptz
 );
 CREATE INDEX {TABLE}_claim ON {TABLE} (queue, run_at, id) WHERE status = 'queued';
 """
 
 _CLAIM = f"""
 UPDATE {TABLE} SET status = 'running', attempts = attempts + 1,
-    lease_until = now() + interval '30 seconds'
+    lease_until = now() + interval '30 seconds', started_at = clock_timestamp()
 WHERE id = ANY(ARRAY(
     SELECT id FROM {TABLE} WHERE status = 'queued' AND queue = 'default' AND run_at <= now()
     ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED
@@ -147,3 +157,99 @@ def _work(params: dict[str, Any], statements: Any) -> None:
             sent += 1
     with statements.get_lock():
         statements.value += sent
+
+
+def latency(jobs: int, gap: float) -> PeerLatency:
+    """Pickup latency of one idle, listening worker: enqueue a job every ``gap`` seconds."""
+    import psycopg
+
+    params = _params()
+    with psycopg.connect(**params, autocommit=True) as db:
+        db.execute(_CREATE)
+        with _Listening(params, 1):
+            for _ in range(jobs):
+                db.execute(f"INSERT INTO {TABLE} (queue) VALUES ('default'); NOTIFY {TABLE}")
+                time.sleep(gap)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = db.execute(f"SELECT count(*) FROM {TABLE} WHERE started_at IS NULL")
+                if row.fetchone() == (0,):
+                    break
+                time.sleep(0.05)
+        rows = db.execute(
+            f"SELECT extract(epoch FROM started_at - enqueued_at) * 1000 FROM {TABLE} "
+            "WHERE started_at IS NOT NULL"
+        ).fetchall()
+        db.execute(f"DROP TABLE {TABLE}")
+    return latency_figures("raw-SQL ceiling", [float(row[0]) for row in rows])
+
+
+def idle(workers: int, seconds: float, settle: float) -> PeerIdle:
+    """Transactions per second per idle, listening worker (PostgreSQL's count)."""
+    import psycopg
+
+    from django_outbox.bench.peers.base import Observer
+
+    params = _params()
+    with psycopg.connect(**params, autocommit=True) as db:
+        db.execute(_CREATE)
+    observer = Observer()
+    try:
+        with _Listening(params, workers):
+            time.sleep(settle)
+            before, own = observer.commits(), observer.statements
+            time.sleep(seconds)
+            commits = observer.commits() - before - (observer.statements - own)
+        observer.execute(f"DROP TABLE {TABLE}")
+    finally:
+        observer.close()
+    return PeerIdle(
+        "raw-SQL ceiling", workers, seconds, commits / workers / seconds, "transactions"
+    )
+
+
+def _params() -> dict[str, Any]:
+    if not available():
+        raise RuntimeError("the raw-SQL ceiling is measured on PostgreSQL only")
+    from django_outbox.wake.postgres import plain_params
+
+    return plain_params(connection.alias)
+
+
+class _Listening:
+    """``workers`` threads that LISTEN, claim and complete until the block ends."""
+
+    def __init__(self, params: dict[str, Any], workers: int) -> None:
+        self.params = params
+        self.stop = threading.Event()
+        self.ready = threading.Barrier(workers + 1)
+        self.threads = [threading.Thread(target=self._work) for _ in range(workers)]
+
+    def __enter__(self) -> _Listening:
+        for thread in self.threads:
+            thread.start()
+        self.ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        self.stop.set()
+        with psycopg.connect(**self.params, autocommit=True) as db:
+            db.execute(f"NOTIFY {TABLE}")  # wake them to see the stop
+        for thread in self.threads:
+            thread.join(POLL_SECONDS + 5)
+
+    def _work(self) -> None:
+        import psycopg
+
+        with psycopg.connect(**self.params, autocommit=True) as db:
+            db.execute(f"LISTEN {TABLE}")
+            self.ready.wait(30)
+            while not self.stop.is_set():
+                claimed = db.execute(_CLAIM).fetchall()
+                if claimed:
+                    db.execute(_COMPLETE, [[row[0] for row in claimed]])
+                    continue
+                for _ in db.notifies(timeout=POLL_SECONDS, stop_after=1):
+                    pass

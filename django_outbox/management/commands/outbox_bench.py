@@ -19,6 +19,7 @@ from django.db import connection
 from django_outbox.bench import wakeups
 from django_outbox.bench.drain import DrainFigures, drain
 from django_outbox.bench.peers import PeerError, all_peers
+from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
 from django_outbox.management.commands.runworker import batch_size, positive_int
 
 
@@ -251,7 +252,7 @@ class Command(BaseCommand):
             try:
                 f = peer.drain(jobs, ours.processes, ours.concurrency)
             except PeerError as exc:
-                self.peer_failed(peer.name, exc)
+                write(f"    {peer.name:<16}{self.peer_failed(peer.name, exc)}")
                 continue
             self.results["figures"].setdefault("peers", []).append(asdict(f))
             if fastest is None or f.per_s > fastest[1]:
@@ -268,35 +269,48 @@ class Command(BaseCommand):
             self.results["figures"]["fastest_peer"] = {"peer": fastest[0], "ratio": ratio}
             write(f"  django_outbox / fastest peer ({fastest[0]}): {ratio:.1f}x")
 
-    def peer_failed(self, name: str, exc: Exception) -> None:
+    def peer_failed(self, name: str, exc: Exception) -> str:
         """A peer that failed is reported, with its output in the JSON; the others go on."""
-        first = str(exc).splitlines()[0]
-        self.stdout.write(f"    {name:<16}failed: {first} (the whole output is in --json)")
         self.results["figures"].setdefault("peers", []).append({"peer": name, "failed": str(exc)})
+        return f"failed: {str(exc).splitlines()[0]} (the whole output is in --json)"
 
-    def peer_rows(self, options: dict[str, Any], measure: str) -> list[Any]:
-        """``measure`` ("latency" or "idle") for each installed peer; the missing ones
-        are printed with the reason."""
+    def peer_rows(self, options: dict[str, Any], measure: str) -> list[tuple[str, Any]]:
+        """``measure`` ("latency" or "idle") for the raw-SQL ceiling and each installed
+        peer: (name, figures), or (name, why there are none)."""
+        from django_outbox.bench import ceiling
+
         if not options["peers"]:
             return []
-        measured = []
-        for peer in all_peers():
-            missing = peer.missing()
+        rows: list[tuple[str, Any]] = []
+        for peer in [None, *all_peers()]:
+            name = "raw-SQL ceiling" if peer is None else peer.name
+            if peer is None:
+                missing = None if ceiling.available() else "PostgreSQL only"
+            else:
+                missing = peer.missing()
             if missing is not None:
-                self.stdout.write(f"  {peer.name:<16}not measured: {missing}")
+                self.results["figures"].setdefault("peers", []).append(
+                    {"peer": name, "missing": missing}
+                )
+                rows.append((name, f"not measured: {missing}"))
                 continue
             f: Any
             try:
                 if measure == "latency":
-                    f = peer.latency(options["jobs"], options["gap_ms"] / 1000)
+                    jobs, gap = options["jobs"], options["gap_ms"] / 1000
+                    f = ceiling.latency(jobs, gap) if peer is None else peer.latency(jobs, gap)
                 else:
-                    f = peer.idle(options["workers"], options["seconds"])
+                    workers, seconds = options["workers"], options["seconds"]
+                    if peer is None:
+                        f = ceiling.idle(workers, seconds, settle=IDLE_SETTLE_SECONDS)
+                    else:
+                        f = peer.idle(workers, seconds)
             except PeerError as exc:
-                self.peer_failed(peer.name, exc)
+                rows.append((name, self.peer_failed(name, exc)))
                 continue
             self.results["figures"].setdefault("peers", []).append(asdict(f))
-            measured.append(f)
-        return measured
+            rows.append((name, f))
+        return rows
 
     def dashboard(self, options: dict[str, Any]) -> None:
         from django_outbox.bench import dashboard
@@ -392,9 +406,12 @@ class Command(BaseCommand):
             self.results["figures"].setdefault("modes", []).append(asdict(f))
             cells = "".join(f"{v:>10.1f}" for v in (f.p50_ms, f.p95_ms, f.p99_ms, f.max_ms))
             self.stdout.write(f"  {f.mode:<16}{cells}")
-        for p in self.peer_rows(options, "latency"):
-            cells = "".join(f"{v:>10.1f}" for v in (p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms))
-            self.stdout.write(f"  {p.peer:<16}{cells}")
+        for name, p in self.peer_rows(options, "latency"):
+            if isinstance(p, str):
+                cells = p
+            else:
+                cells = "".join(f"{v:>10.1f}" for v in (p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms))
+            self.stdout.write(f"  {name:<16}{cells}")
 
     def idle(self, options: dict[str, Any]) -> None:
         self.stdout.write(
@@ -412,11 +429,14 @@ class Command(BaseCommand):
             self.results["figures"].setdefault("modes", []).append(asdict(f))
             commits = "-" if f.commits_per_worker_s is None else f"{f.commits_per_worker_s:.3f}"
             self.stdout.write(f"  {f.mode:<16}{f.statements_per_worker_s:>26.3f}{commits:>26}")
-        for p in self.peer_rows(options, "idle"):
+        for name, p in self.peer_rows(options, "idle"):
+            if isinstance(p, str):
+                self.stdout.write(f"  {name:<16}{p}")
+                continue
             # Peers are counted by the server: PostgreSQL's commits, or Redis's commands.
             value = f"{p.per_worker_s:.3f}"
             cells = f"{value:>26}{'-':>30}" if p.unit == "transactions" else f"{'-':>26}{value:>30}"
-            self.stdout.write(f"  {p.peer:<16}{'-':>26}{cells}")
+            self.stdout.write(f"  {name:<16}{'-':>26}{cells}")
 
     def webhooks(self, options: dict[str, Any]) -> None:
         from django_outbox.bench import webhooks
