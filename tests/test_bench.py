@@ -208,7 +208,7 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
     ours = json.loads(out_file.read_text())["figures"]["drain"]["drain_per_s"]
     for name in measured:
         peer = peers[name]
-        assert peer["succeeded"] == peer["jobs"] == 60, name
+        assert peer.get("succeeded") == peer.get("jobs") == 60, out
         assert (peer["processes"], peer["threads"]) == (1, 2)
         assert peer["per_s"] > 0 and peer["enqueue_per_s"] > 0
         row = next(line for line in out.splitlines() if line.strip().startswith(name))
@@ -238,11 +238,11 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
         assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
     peers = _peer_figures(tmp_path / "latency.json")
     for name in measured:
-        assert peers[name]["jobs"] == 5
+        assert peers[name].get("jobs") == 5, out
         row = next(line for line in out.splitlines() if line.strip().startswith(name))
         p50, p95, p99, worst = (float(x) for x in re.findall(r"\d+\.\d", row))
         # django-tasks-db polls once a second: a pickup can take up to that, and no longer.
-        assert 0 < p50 <= p95 <= p99 <= worst < 2000, name
+        assert 0 < p50 <= p95 <= p99 <= worst < 2000, out
 
     call_command(
         "outbox_bench", "idle", "--workers", "1", "--seconds", "2", "--modes", "poll", "--peers",
@@ -251,13 +251,13 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
     out = capsys.readouterr().out
     peers = _peer_figures(tmp_path / "idle.json")
     for name in measured:
-        assert peers[name]["workers"] == 1
+        assert peers[name].get("workers") == 1, out
         assert peers[name]["unit"] == ("Redis commands" if name == "celery" else "transactions")
         assert peers[name]["per_worker_s"] >= 0
         assert re.search(rf"{name}\s+-\s+", out)
     if connection.vendor == "postgresql":
         # django-tasks-db looks for work every second when idle: it is never free.
-        assert peers["django-tasks-db"]["per_worker_s"] >= 0.5
+        assert peers["django-tasks-db"]["per_worker_s"] >= 0.5, out
         row = next(line for line in out.splitlines() if line.startswith("  raw-SQL ceiling"))
         assert float(row.split()[3]) == pytest.approx(
             peers["raw-SQL ceiling"]["per_worker_s"], abs=1e-3
