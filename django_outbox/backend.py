@@ -8,12 +8,14 @@ registry is ready, so this module must not import models at import time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskResult
 from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
 from django_outbox import conf
@@ -42,6 +44,15 @@ class OutboxBackend(BaseTaskBackend):
             self.queues = {*self.queues, webhooks.QUEUE}
 
     def validate_task(self, task: Task) -> None:
+        # Django's own checks compare these with numbers and dates: a wrong type would
+        # fail there with a TypeError that names neither.
+        if isinstance(task.priority, bool) or not isinstance(task.priority, int):
+            raise InvalidTask(
+                f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
+                f"{TASK_MAX_PRIORITY}, not {task.priority!r}."
+            )
+        if task.run_after is not None and not isinstance(task.run_after, datetime):
+            raise InvalidTask(f"run_after must be an aware datetime, not {task.run_after!r}.")
         super().validate_task(task)
         if not isinstance(task, OutboxTask):
             return

@@ -18,6 +18,9 @@ from django.dispatch import receiver
 
 from django_outbox.ratelimits.rate import Rate
 
+#: The most a size limit may allow: bigger rows belong in files or object storage.
+MAX_BYTES = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class WebhookSettings:
@@ -49,6 +52,8 @@ class WebhookSettings:
     #: Seconds the previous secret keeps signing after a rotation.
     ROTATION_GRACE_SECONDS: float = 24 * 3600.0
     USER_AGENT: str = "django-outbox-webhooks"
+    #: The largest a message's payload may be: the signed envelope, in bytes.
+    MAX_PAYLOAD_BYTES: int = 1024 * 1024
 
 
 _WEBHOOK_NUMBER_RULES: dict[str, tuple[type, float, float]] = {
@@ -61,6 +66,7 @@ _WEBHOOK_NUMBER_RULES: dict[str, tuple[type, float, float]] = {
     "DISABLE_AFTER_SECONDS": (float, 0.0, 366 * 24 * 3600.0),
     "DISABLE_AFTER_ATTEMPTS": (int, 0, 1_000_000),
     "ROTATION_GRACE_SECONDS": (float, -1e-9, 366 * 24 * 3600.0),
+    "MAX_PAYLOAD_BYTES": (int, 0, MAX_BYTES),
 }
 
 
@@ -121,7 +127,8 @@ def _number_problem(value: Any, kind: type, floor: float, ceiling: float) -> str
     wanted = "a whole number" if kind is int else "a number"
     if isinstance(value, bool) or not isinstance(value, allowed) or not floor < value <= ceiling:
         low = "at least 0" if floor < 0 else f"greater than {floor:g}"
-        return f"{wanted} {low} and at most {ceiling:g}"
+        high = f"{ceiling:,.0f}" if ceiling >= 1e6 else f"{ceiling:g}"
+        return f"{wanted} {low} and at most {high}"
     return None
 
 
@@ -306,6 +313,8 @@ class OutboxSettings:
     #: Where rate limits keep their buckets: "redis" (the django-redis cache REDIS_ALIAS),
     #: "database", or "auto": Redis when REDIS_ALIAS is a django-redis cache.
     RATE_LIMIT_STORE: str = "auto"
+    #: The largest a job's arguments may be, as stored JSON (args and kwargs together).
+    MAX_ARGUMENTS_BYTES: int = 1024 * 1024
 
     def concurrency_limits(self, queues: Iterable[str]) -> dict[str, int]:
         """The global concurrency limit of each of ``queues`` that has one."""
@@ -375,6 +384,12 @@ def settings_errors(raw: Any) -> list[str]:
     if "REDIS_ALIAS" in raw and (not isinstance(raw["REDIS_ALIAS"], str) or not raw["REDIS_ALIAS"]):
         errors.append(
             f"OUTBOX['REDIS_ALIAS'] must be a cache alias name, not {raw['REDIS_ALIAS']!r}."
+        )
+    if "MAX_ARGUMENTS_BYTES" in raw and (
+        problem := _number_problem(raw["MAX_ARGUMENTS_BYTES"], int, 0, MAX_BYTES)
+    ):
+        errors.append(
+            f"OUTBOX['MAX_ARGUMENTS_BYTES'] must be {problem}, not {raw['MAX_ARGUMENTS_BYTES']!r}."
         )
     if "WEBHOOKS" in raw:
         errors.extend(webhook_settings_errors(raw["WEBHOOKS"]))

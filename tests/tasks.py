@@ -178,3 +178,22 @@ def finishes_anyway(context: TaskContext, seconds: float) -> str:
     while time.monotonic() < deadline and not context.cancelled():  # type: ignore[attr-defined]
         time.sleep(0.02)
     return f"saw the request: {context.cancelled()}; finished my work"  # type: ignore[attr-defined]
+
+
+class UnprintableError(Exception):
+    """An exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+@task(max_attempts=1)
+def raises_unprintable() -> None:
+    raise UnprintableError
+
+
+@task(max_attempts=3, backoff_base=0.01, backoff_cap=0.02)
+def returns_datetime() -> object:
+    now = timezone.now()
+    Execution.objects.create(job_id=0, attempt=0, worker="", key="returns_datetime", started=now)
+    return now

@@ -14,7 +14,7 @@ from django.utils.json import normalize_json
 
 from django_outbox import conf
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs.jsonvalues import storable_problem
+from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.results import to_task_result
 from django_outbox.models import Job
 from django_outbox.models.jobs import ACTIVE_STATUSES
@@ -34,16 +34,26 @@ def json_arguments(
     JSON cannot hold exactly (datetimes, sets, objects, NaN) is refused here, at enqueue,
     rather than failing later in a worker.
     """
+    size = 0
     try:
         normal_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
         normal_kwargs: dict[str, Any] = normalize_json(dict(kwargs))  # type: ignore[assignment]
-        problem = storable_problem([normal_args, normal_kwargs])
+        problem, size = stored_size([normal_args, normal_kwargs])
     except (TypeError, ValueError) as exc:
         problem = str(exc)
+    except RecursionError:
+        problem = "they are nested too deeply, or contain themselves"
     if problem is not None:
         raise InvalidTaskArguments(
             f"Arguments to task {task.module_path!r} must be JSON-serialisable "
             f"(str, int, float, bool, None, lists and dicts of them): {problem}"
+        )
+    limit = conf.get().MAX_ARGUMENTS_BYTES
+    if size > limit:
+        raise InvalidTaskArguments(
+            f"Arguments to task {task.module_path!r} are {size:,} bytes as JSON, over "
+            f"OUTBOX['MAX_ARGUMENTS_BYTES'] ({limit:,}). Store large data elsewhere (a "
+            "model, a file) and pass its key."
         )
     if _has_non_string_key(normal_kwargs) or _has_non_string_key(normal_args):
         raise InvalidTaskArguments(

@@ -127,11 +127,20 @@ def envelope(event_type: str, payload: Any, at: datetime) -> str:
     if problem is not None:
         raise ValidationError(f"The payload of {event_type!r} cannot be sent as JSON: {problem}")
     stamp = at.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return json.dumps(
+    body = json.dumps(
         {"type": event_type, "timestamp": stamp, "data": payload},
         separators=(",", ":"),
         ensure_ascii=False,
     )
+    limit = conf.get().WEBHOOKS.MAX_PAYLOAD_BYTES
+    size = len(body.encode("utf-8"))
+    if size > limit:
+        raise ValidationError(
+            f"The payload of {event_type!r} is {size:,} bytes as sent, over "
+            f"OUTBOX['WEBHOOKS']['MAX_PAYLOAD_BYTES'] ({limit:,}). Send a smaller event (an "
+            "id the receiver can fetch the rest with)."
+        )
+    return body
 
 
 def send(
@@ -335,11 +344,20 @@ def disable(endpoint: Endpoint, reason: str = "disabled by hand") -> None:
     endpoint.save(update_fields=["active", "disabled_reason", "disabled_at"])
 
 
+#: The longest a rotated-out secret may keep signing.
+MAX_GRACE = timedelta(days=366)
+
+
 def rotate_secret(endpoint: Endpoint, grace: timedelta | None = None) -> str:
     """A new secret for ``endpoint``; the old one keeps signing too for ``grace`` (default
     ``OUTBOX["WEBHOOKS"]["ROTATION_GRACE_SECONDS"]``), so receivers can switch over."""
     if grace is None:
         grace = timedelta(seconds=conf.get().WEBHOOKS.ROTATION_GRACE_SECONDS)
+    if not isinstance(grace, timedelta) or not timedelta(0) <= grace <= MAX_GRACE:
+        raise ValidationError(
+            f"grace must be a timedelta from 0 to {MAX_GRACE.days} days, not {grace!r}; "
+            "timedelta(0) stops the old secret at once."
+        )
     endpoint.previous_secret = endpoint.secret
     endpoint.previous_secret_expires_at = timezone.now() + grace
     endpoint.secret = signing.generate_secret()

@@ -101,11 +101,32 @@ def literal_address(host: str) -> IPAddress | None:
     return None
 
 
+#: Longer URLs are refused: Django's URLValidator stops there, and so do many servers.
+MAX_URL_LENGTH = 2048
+
+
 def check_url(url: str) -> None:
     """ValidationError unless ``url`` is an http(s) URL that may be delivered to."""
     options = conf.get().WEBHOOKS
     if not isinstance(url, str):
         raise ValidationError(f"An endpoint URL must be a string, not {type(url).__name__}.")
+    if len(url) > MAX_URL_LENGTH:
+        raise ValidationError(
+            f"An endpoint URL may be at most {MAX_URL_LENGTH:,} characters; this one has "
+            f"{len(url):,} ({url[:40]!r}…).",
+            code="invalid",
+        )
+    try:
+        has_credentials = "@" in urlsplit(url).netloc
+    except ValueError:
+        has_credentials = False
+    if has_credentials:  # not echoed: the URL holds a password
+        raise ValidationError(
+            "An endpoint URL must not hold credentials (user:password@host): they would not "
+            "be sent, and would show in logs and the admin. Receivers know a delivery is "
+            "yours by its signature.",
+            code="invalid",
+        )
     schemes = ["https", "http"] if options.ALLOW_HTTP else ["https"]
     try:
         scheme = urlsplit(url).scheme.lower()

@@ -90,7 +90,12 @@ def execute(job: ClaimedJob) -> Outcome:
             value = task.call(context, *job.args, **job.kwargs)
         else:
             value = task.call(*job.args, **job.kwargs)
-        return Outcome(job, succeeded=True, return_value=json_return_value(job, value))
+        try:
+            stored = json_return_value(job, value)
+        except TypeError as exc:
+            # The task ran to its end: a retry would repeat its work to return the same.
+            return Outcome(job, succeeded=False, error=error_record(exc), final=True)
+        return Outcome(job, succeeded=True, return_value=stored)
     except BaseException as exc:
         if flag.is_set() or isinstance(exc, Cancelled):
             return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
@@ -112,6 +117,8 @@ def json_return_value(job: ClaimedJob, value: Any) -> Any:
         problem = storable_problem(value)
     except (TypeError, ValueError) as exc:
         problem = str(exc)
+    except RecursionError:
+        problem = "it is nested too deeply, or contains itself"
     if problem is not None:
         raise TypeError(
             f"Task {job.task_path!r} returned a value JSON cannot hold ({problem}); "
