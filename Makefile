@@ -31,6 +31,9 @@ lint: $(PY) ## ruff and mypy (with django-stubs).
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a PostgreSQL restart, Redis down); DATABASE_URL, ARGS=--quick.
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py $(ARGS)
+
 bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for PostgreSQL).
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py outbox_bench drain $(ARGS)
@@ -38,4 +41,4 @@ bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for
 clean: ## Remove the venv and the demo's SQLite files.
 	rm -rf $(VENV) db.sqlite3* test-outbox.sqlite3*
 
-.PHONY: help install demo test lint bench clean screenshots
+.PHONY: help install demo test lint bench clean screenshots chaos
