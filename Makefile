@@ -34,6 +34,9 @@ lint: $(PY) ## ruff and mypy (with django-stubs).
 chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a PostgreSQL restart, Redis down); DATABASE_URL, ARGS=--quick.
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py $(ARGS)
 
+soak: $(PY) ## 30 minutes of jobs and webhooks with a fault every 30 s; reports worker memory (not in CI).
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py --soak 30 $(ARGS)
+
 bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for PostgreSQL).
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py outbox_bench drain $(ARGS)
@@ -41,4 +44,4 @@ bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for
 clean: ## Remove the venv and the demo's SQLite files.
 	rm -rf $(VENV) db.sqlite3* test-outbox.sqlite3*
 
-.PHONY: help install demo test lint bench clean screenshots chaos
+.PHONY: help install demo test lint bench clean screenshots chaos soak

@@ -18,6 +18,12 @@ then answer 500, then recover. Then it checks, and exits 1 if any does not hold:
 - every request the receiver answered has its attempt in the log, but those in flight when
   a worker was killed;
 - every killed worker was replaced, and nothing is left running.
+
+``--soak MINUTES`` (``make soak``: 30) is the long form: work arrives steadily (50 jobs/s, 5
+deliveries/s), a fault lands every 30 s (a kill, cut connections, Redis down, the receiver
+failing, a PostgreSQL restart, in turn), and the workers' resident memory is sampled every
+10 s: the worker that is never killed must not grow over the run (its last third's peak
+within 10 % of its middle third's).
 """
 
 from __future__ import annotations
@@ -57,6 +63,39 @@ class Tally:
     faults: Counter[str] = field(default_factory=Counter)
     kills: int = 0
     replaced: int = 0
+    #: (seconds into the run, worker slot, pid, resident MB) every 10 s.
+    memory: list[tuple[float, int, int, float]] = field(default_factory=list)
+
+    def sample(self, workers: list[subprocess.Popen[bytes]], at: float) -> None:
+        for slot, worker in enumerate(workers):
+            try:
+                status = Path(f"/proc/{worker.pid}/status").read_text()
+            except OSError:
+                continue  # just exited
+            kb = next(
+                int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")
+            )
+            self.memory.append((at, slot, worker.pid, kb / 1024))
+
+    def memory_report(self) -> tuple[str, bool]:
+        """The peak, and whether the worker that lived the whole run grew: its last third's
+        peak against its second third's (the first holds start-up and warm-up)."""
+        if not self.memory:
+            return "no samples", True
+        peak = max(mb for *_, mb in self.memory)
+        first = self.memory[0][2]
+        own = [(at, mb) for at, slot, pid, mb in self.memory if slot == 0 and pid == first]
+        third = len(own) // 3
+        if third < 2:
+            return f"peak worker RSS {peak:.0f} MB", True
+        middle = max(mb for _, mb in own[third : 2 * third])
+        last = max(mb for _, mb in own[2 * third :])
+        grew = last > middle * 1.10
+        return (
+            f"peak worker RSS {peak:.0f} MB; the worker that lived throughout: {own[0][1]:.0f} MB "
+            f"at start, {middle:.0f} MB peak in the middle third, {last:.0f} MB in the last",
+            not grew,
+        )
 
 
 def main() -> int:
@@ -68,10 +107,20 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="3,000 jobs and 300 deliveries over 60 s (CI)"
     )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="MINUTES",
+        help="a fault every 30 s for MINUTES, 50 jobs/s and 5 deliveries/s, and the workers' "
+        "memory sampled every 10 s",
+    )
     parser.add_argument("--seed", type=int, default=None)
     options = parser.parse_args()
     if options.quick:
         options.jobs, options.deliveries, options.seconds = 3_000, 300, 60.0
+    if options.soak:
+        options.seconds = options.soak * 60
+        options.jobs, options.deliveries = int(50 * options.seconds), int(5 * options.seconds)
     seed = options.seed if options.seed is not None else random.randrange(1 << 30)
     random.seed(seed)
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
@@ -97,7 +146,8 @@ def main() -> int:
         _clean(receiver.url("/hook"))
         workers = [_start_worker(i) for i in range(WORKERS)]
         feeder = Feeder(options.jobs, options.deliveries, options.seconds)
-        _inject_until_done(workers, receiver, Answer, tally, feeder)
+        faults = _soak_faults(options.seconds) if options.soak else _chaos_faults(options.seconds)
+        _inject_until_done(workers, receiver, Answer, tally, feeder, faults)
     finally:
         _restore_services()
         for worker in workers:
@@ -191,14 +241,28 @@ def _pending() -> int | None:
         return None
 
 
-def _inject_until_done(workers, receiver, answer, tally: Tally, feeder: Feeder) -> None:
-    """Faults at random moments while the work arrives, until every job is finished."""
+def _chaos_faults(seconds: float) -> list[tuple[float, str]]:
+    """Eight faults at random moments of the run: (seconds from its start, kind)."""
     kinds = ["kill", "kill", "kill", "terminate", "terminate", "restart", "redis", "receiver"]
-    start = time.monotonic()
-    at = sorted(start + random.uniform(3, max(4, feeder.seconds - 25)) for _ in kinds)
+    at = sorted(random.uniform(3, max(4, seconds - 25)) for _ in kinds)
     random.shuffle(kinds)
-    faults = list(zip(at, kinds, strict=True))
+    return list(zip(at, kinds, strict=True))
+
+
+def _soak_faults(seconds: float) -> list[tuple[float, str]]:
+    """A fault every 30 s, each kind in turn."""
+    kinds = ["kill", "terminate", "redis", "receiver", "restart"]
+    return [(30.0 * n, kinds[(n - 1) % len(kinds)]) for n in range(1, int(seconds // 30))]
+
+
+def _inject_until_done(
+    workers, receiver, answer, tally: Tally, feeder: Feeder, faults: list[tuple[float, str]]
+) -> None:
+    """The faults while the work arrives, until every job is finished."""
+    start = time.monotonic()
+    faults = [(start + at, kind) for at, kind in faults]
     deadline = start + feeder.seconds + 600
+    next_sample = start
     redis_back_at = None
     receiver_phase: list[tuple[float, str]] = []
     while time.monotonic() < deadline:
@@ -214,11 +278,15 @@ def _inject_until_done(workers, receiver, answer, tally: Tally, feeder: Feeder) 
             _, phase = receiver_phase.pop(0)
             answers = {"500": answer(500, body=b"down"), "ok": answer(200)}
             receiver.scripts["/hook"] = [answers.get(phase) or answer(200, delay=3.0)]
+        if now >= next_sample:
+            tally.sample(workers, now - start)
+            next_sample = now + 10
         if faults and now >= faults[0][0]:
             fault = faults.pop(0)[1]
             tally.faults[fault] += 1
             if fault == "kill":
-                victim = random.randrange(len(workers))
+                # Worker 0 is never killed: it lives the whole run, to show its memory.
+                victim = random.randrange(1, len(workers))
                 workers[victim].send_signal(signal.SIGKILL)
                 workers[victim].wait()
                 tally.kills += 1
@@ -331,8 +399,12 @@ def _check(receiver, tally: Tally, options: argparse.Namespace, left_running: in
     if unstopped > tally.kills:
         broken.append(f"{unstopped} workers not marked stopped, {tally.kills} were killed")
 
+    memory, steady = tally.memory_report()
+    if not steady:
+        broken.append("the worker that lived throughout grew by more than 10 %")
     print(f"chaos: faults {dict(tally.faults)}; workers killed {tally.kills}, replaced "
           f"{tally.replaced}")  # fmt: skip
+    print(f"chaos: {memory}")
     print(f"chaos: jobs {dict(statuses)}; runs {runs:,}; runs cut by a kill {cut}; jobs run "
           f"more than once {twice}; overlapping runs {overlapping}")  # fmt: skip
     print(f"chaos: deliveries {dict(deliveries)}; requests {sum(requests.values()):,}; "
