@@ -109,6 +109,99 @@ class Peer:
         raise NotImplementedError
 
 
+class PostgresPeer(Peer):
+    """A peer that keeps its jobs in PostgreSQL: it is set up, filled and watched the same
+    way; subclasses say where its tables are and how its workers start."""
+
+    #: The schema its tables go in, and the module of its child steps (setup, enqueue N,
+    #: enqueue-paced N GAP).
+    schema = ""
+    steps = ""
+    #: Counts of its finished and its started jobs; each started job's pickup in ms; and
+    #: the statement that empties its jobs.
+    done_sql = ""
+    started_sql = ""
+    pickups_sql = ""
+    clear_sql = ""
+
+    def children(self) -> Children:
+        return Children(self.steps, {PG_ENV: pg_conninfo(self.schema)})
+
+    def start_workers(self, children: Children, processes: int, threads: int, drain: bool) -> None:
+        """Start workers for a ``processes x threads`` shape; ``drain``: ones that leave
+        once no job is left."""
+        raise NotImplementedError
+
+    def drain(self, jobs: int, processes: int, threads: int) -> PeerDrain:
+        with pg_schema(self.schema) as observer, self.children() as children:
+            children.run("setup")
+            wal_before = observer.wal()
+            enqueued = children.run("enqueue", str(jobs))
+            commits_before, own_before = observer.commits(), observer.statements
+            self.start_workers(children, processes, threads, drain=True)
+            clocked = clock_drain(lambda: observer.value(self.done_sql), jobs, children)
+            children.wait(60)  # they leave once the queue is empty
+            commits = observer.commits() - commits_before - (observer.statements - own_before)
+            wal = observer.wal() - wal_before
+        return drained(self, jobs, processes, threads, enqueued, clocked,
+                       transactions=max(0, commits), wal=wal)  # fmt: skip
+
+    def latency(self, jobs: int, gap: float) -> PeerLatency:
+        with pg_schema(self.schema) as observer, self.children() as children:
+            children.run("setup")
+            self.start_workers(children, 1, 1, drain=False)
+            children.run("enqueue", "1")  # once it has run, the worker is up and idle
+            wait_for(lambda: observer.value(self.started_sql), 1, children, 60)
+            observer.execute(self.clear_sql)
+            children.run("enqueue-paced", str(jobs), str(gap))
+            wait_for(lambda: observer.value(self.started_sql), jobs, children, 60)
+            rows = observer.db.execute(self.pickups_sql).fetchall()
+        return latency_figures(self.name, [float(row[0]) for row in rows])
+
+    def idle(self, workers: int, seconds: float) -> PeerIdle:
+        with pg_schema(self.schema) as observer, self.children() as children:
+            children.run("setup")
+            self.start_workers(children, workers, 1, drain=False)
+            time.sleep(IDLE_SETTLE_SECONDS)
+            before, own = observer.commits(), observer.statements
+            time.sleep(seconds)
+            commits = observer.commits() - before - (observer.statements - own)
+        return PeerIdle(self.name, workers, seconds, commits / workers / seconds, "transactions")
+
+
+def drained(
+    peer: Peer,
+    jobs: int,
+    processes: int,
+    threads: int,
+    enqueued: dict[str, Any],
+    clocked: Clocked,
+    *,
+    transactions: float | None = None,
+    wal: float | None = None,
+    redis_commands: float | None = None,
+) -> PeerDrain:
+    """A peer's drain figures, the totals made per job."""
+
+    def per_job(total: float | None) -> float | None:
+        return None if total is None else total / jobs
+
+    return PeerDrain(
+        peer=peer.name,
+        how=peer.how,
+        jobs=jobs,
+        processes=processes,
+        threads=threads,
+        enqueue_per_s=enqueued["per_s"],
+        seconds=clocked.seconds,
+        per_s=clocked.counted / clocked.seconds,
+        succeeded=clocked.done,
+        transactions_per_job=per_job(transactions),
+        wal_bytes_per_job=per_job(wal),
+        redis_commands_per_job=per_job(redis_commands),
+    )
+
+
 def pg_conninfo(schema: str) -> str:
     """A connection string to Django's database with ``schema`` first on the search path."""
     from psycopg.conninfo import make_conninfo

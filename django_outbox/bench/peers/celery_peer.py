@@ -21,6 +21,7 @@ from django_outbox.bench.peers.base import (
     PeerIdle,
     PeerLatency,
     clock_drain,
+    drained,
     latency_figures,
     redis_url,
     wait_for,
@@ -97,20 +98,8 @@ class Celery(Peer):
             finally:
                 children.stop()
                 observer.clean()
-        return PeerDrain(
-            peer=self.name,
-            how=self.how,
-            jobs=jobs,
-            processes=processes,
-            threads=threads,
-            enqueue_per_s=enqueued["per_s"],
-            seconds=clocked.seconds,
-            per_s=clocked.counted / clocked.seconds,
-            succeeded=clocked.done,
-            transactions_per_job=None,
-            wal_bytes_per_job=None,
-            redis_commands_per_job=max(0, commands) / jobs,
-        )
+        return drained(self, jobs, processes, threads, enqueued, clocked,
+                       redis_commands=max(0, commands))  # fmt: skip
 
     def latency(self, jobs: int, gap: float) -> PeerLatency:
         children, observer = self._run()
