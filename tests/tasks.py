@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from django.db import DatabaseError, connection
 from django.tasks import TaskContext, task
 from django.utils import timezone
 
@@ -90,7 +91,17 @@ def record_run(context: TaskContext, key: str, seconds: float = 0.0) -> str:
     )
     time.sleep(seconds)
     execution.finished = timezone.now()
-    execution.save(update_fields=["finished"])
+    # Its end must be on record even when the database blips (the chaos run cuts
+    # connections): try again for up to 30 s before giving up.
+    for tries in range(60):
+        try:
+            execution.save(update_fields=["finished"])
+            break
+        except DatabaseError:
+            connection.close()
+            if tries == 59:
+                raise
+            time.sleep(0.5)
     return key
 
 

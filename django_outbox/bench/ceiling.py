@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connection
 
-from django_outbox.bench.peers.base import PeerIdle, PeerLatency, latency_figures
+from django_outbox.bench.peers.base import PeerError, PeerIdle, PeerLatency, latency_figures
 
 TABLE = "outbox_bench_ceiling"
 BATCH = 50
@@ -179,10 +179,10 @@ def latency(jobs: int, gap: float) -> PeerLatency:
                 db.execute(f"INSERT INTO {TABLE} (queue) VALUES ('default'); NOTIFY {TABLE}")
                 time.sleep(gap)
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                row = db.execute(f"SELECT count(*) FROM {TABLE} WHERE started_at IS NULL")
-                if row.fetchone() == (0,):
-                    break
+            waiting = f"SELECT count(*) FROM {TABLE} WHERE started_at IS NULL"
+            while db.execute(waiting).fetchone() != (0,):
+                if time.monotonic() > deadline:
+                    raise PeerError("the raw-SQL ceiling: jobs not started within 30 s")
                 time.sleep(0.05)
         rows = db.execute(
             f"SELECT extract(epoch FROM started_at - enqueued_at) * 1000 FROM {TABLE} "

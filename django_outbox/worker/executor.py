@@ -93,6 +93,8 @@ def execute(job: ClaimedJob) -> Outcome:
         try:
             stored = json_return_value(job, value)
         except TypeError as exc:
+            if flag.is_set():  # cancelled, or timed out, meanwhile: that is what it was
+                return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
             # The task ran to its end: a retry would repeat its work to return the same.
             return Outcome(job, succeeded=False, error=error_record(exc), final=True)
         return Outcome(job, succeeded=True, return_value=stored)

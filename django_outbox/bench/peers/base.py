@@ -151,7 +151,8 @@ class PostgresPeer(Peer):
             children.run("setup")
             self.start_workers(children, 1, 1, drain=False)
             children.run("enqueue", "1")  # once it has run, the worker is up and idle
-            wait_for(lambda: observer.value(self.started_sql), 1, children, 60)
+            # Finished, not only started: a worker whose job vanished mid-run may fail.
+            wait_for(lambda: observer.value(self.done_sql), 1, children, 60)
             observer.execute(self.clear_sql)
             children.run("enqueue-paced", str(jobs), str(gap))
             wait_for(lambda: observer.value(self.started_sql), jobs, children, 60)
@@ -374,6 +375,11 @@ def clock_drain(done: Callable[[], int], jobs: int, children: Children) -> Clock
         time.sleep(POLL_SECONDS)
     assert first is not None
     started, before = first
+    if jobs - before < max(1, jobs // 10):
+        raise PeerError(
+            f"{children.module}: {before:,} of {jobs:,} jobs were done at the first look, "
+            "too many to time the rest: drain more jobs (--peer-jobs)"
+        )
     return Clocked(seconds=max(now - started, 1e-6), counted=jobs - before, done=count)
 
 

@@ -1,7 +1,7 @@
 """Celery with a Redis broker as a peer.
 
 A shape of ``processes x threads`` is run as that many workers, each with the thread pool
-(``-P threads -c T``); workers wait on the broker (BRPOP), no polling. Its own side is
+(``-P threads -c T``); workers wait on the broker (BRPOP, a second at a time). Its own side is
 :mod:`.celery_app`. Celery stores nothing in PostgreSQL: its cost is counted in Redis
 commands.
 """
@@ -63,7 +63,7 @@ class Celery(Peer):
     module = "celery"
     how = (
         "P x T shape = P workers with the thread pool (-P threads -c T), Redis broker; "
-        "workers block on the broker, no polling"
+        "workers block on the broker (BRPOP, 1 s at a time)"
     )
 
     def missing(self) -> str | None:

@@ -257,7 +257,7 @@ class Command(BaseCommand):
                 continue
             try:
                 f = peer.drain(jobs, ours.processes, ours.concurrency)
-            except PeerError as exc:
+            except Exception as exc:  # one peer's failure is reported; the others go on
                 write(f"    {peer.name:<16}{self.peer_failed(peer.name, exc)}")
                 continue
             self.results["figures"].setdefault("peers", []).append(asdict(f))
@@ -276,9 +276,12 @@ class Command(BaseCommand):
             write(f"  django_outbox / fastest peer ({fastest[0]}): {ratio:.1f}x")
 
     def peer_failed(self, name: str, exc: Exception) -> str:
-        """A peer that failed is reported, with its output in the JSON; the others go on."""
-        self.results["figures"].setdefault("peers", []).append({"peer": name, "failed": str(exc)})
-        return f"failed: {str(exc).splitlines()[0]} (the whole output is in --json)"
+        """A peer that failed: its error in full on stderr and in the JSON, its first line
+        in the table."""
+        text = str(exc) if isinstance(exc, PeerError) else f"{type(exc).__name__}: {exc}"
+        self.stderr.write(f"{name} failed:\n{text}")
+        self.results["figures"].setdefault("peers", []).append({"peer": name, "failed": text})
+        return f"failed: {text.splitlines()[0] if text else type(exc).__name__} (more on stderr)"
 
     def peer_rows(self, options: dict[str, Any], measure: str) -> list[tuple[str, Any]]:
         """``measure`` ("latency" or "idle") for the raw-SQL ceiling and each installed
@@ -311,7 +314,7 @@ class Command(BaseCommand):
                         f = ceiling.idle(workers, seconds, settle=IDLE_SETTLE_SECONDS)
                     else:
                         f = peer.idle(workers, seconds)
-            except PeerError as exc:
+            except Exception as exc:  # one peer's failure is reported; the others go on
                 rows.append((name, self.peer_failed(name, exc)))
                 continue
             self.results["figures"].setdefault("peers", []).append(asdict(f))
