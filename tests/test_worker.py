@@ -295,3 +295,22 @@ def test_quick_jobs_are_claimed_by_the_hundred_and_slow_ones_as_before(transacti
     slow.run()
     assert Execution.objects.count() == 6
     assert slow.claim_size == slow.batch_size == 8  # 0.15 s each: the default batch
+
+
+def test_database_back_off_stays_within_a_quarter_lease_so_heartbeats_keep_leases(
+    db, settings, caplog
+):
+    from django.db import OperationalError
+
+    settings.OUTBOX = settings.OUTBOX | {"LEASE_SECONDS": 4.0, "HEARTBEAT_SECONDS": 0.5}
+    worker = Worker(queues=["default"])
+
+    def unreachable() -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    for _ in range(8):  # the pauses would grow to 10 s
+        worker._db_ok_after = 0.0
+        assert worker._db(unreachable) is None
+    pauses = [float(r.getMessage().split("retrying in ")[1].split()[0]) for r in caplog.records
+              if "retrying in" in r.getMessage()]  # fmt: skip
+    assert pauses == [0.5] + [1.0] * 7  # never more than a quarter of the 4 s lease

@@ -674,7 +674,10 @@ class Worker:
             if refused_raises and not isinstance(exc, OperationalError | InterfaceError):
                 raise  # the database answered, and said no: the caller deals with it
             self._db_failures += 1
-            pause = min(10.0, 0.5 * 2 ** min(self._db_failures - 1, 5))
+            # Heartbeats wait too: keep the pause well inside a lease, so the jobs this
+            # worker runs are not taken back while the database is briefly away.
+            longest = min(10.0, self.settings.LEASE_SECONDS / 4)
+            pause = min(longest, 0.5 * 2 ** min(self._db_failures - 1, 5))
             self._db_ok_after = now + pause
             logger.warning(
                 "worker %s: database error (%s: %s); retrying in %.1f s",
