@@ -455,3 +455,33 @@ def test_response_headers_are_kept_as_httpx_would_show_them():
     assert _kept_headers(raw) == {"x-seen": "1, 2", "x-odd": "\u00b2", "x-nul": "a\\x00b"}
     many = [(f"x-{n}".encode(), b"v") for n in range(MAX_HEADERS + 10)]
     assert len(_kept_headers(many)) == MAX_HEADERS
+
+
+def test_a_stale_run_never_undoes_what_a_newer_run_wrote():
+    """A run that lost its lease (its worker cut off for longer) writes its attempt late:
+    the attempt is logged, but the delivery keeps what the newer run wrote."""
+    from django.utils import timezone
+
+    from django_outbox.webhooks import recording
+    from django_outbox.webhooks.http import Response
+    from django_outbox.webhooks.policy import Decision, Verdict
+
+    webhooks.create_endpoint("https://hooks.example.com/in")
+    done, waiting = (webhooks.send("invoice.paid", {"id": n}).deliveries.get() for n in (1, 2))
+    Delivery.objects.filter(pk=done.pk).update(status=DeliveryStatus.SUCCEEDED, attempts=2)
+    Delivery.objects.filter(pk=waiting.pk).update(attempts=3)  # a newer run is at attempt 3
+
+    def stale(delivery: Delivery, number: int) -> recording.Record:
+        answer = Response(started_at=timezone.now(), status_code=500)
+        return recording.Record(delivery, number, answer, Decision(Verdict.RETRY, 60.0))
+
+    recording.write([stale(done, 1), stale(waiting, 2)])
+    done.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (done.status, done.attempts) == (DeliveryStatus.SUCCEEDED, 2)
+    assert (waiting.status, waiting.attempts) == (DeliveryStatus.PENDING, 3)
+    assert Attempt.objects.filter(status_code=500).count() == 2  # both are in the log
+
+    recording.write([stale(waiting, 4)])  # a current run still writes
+    waiting.refresh_from_db()
+    assert waiting.attempts == 4

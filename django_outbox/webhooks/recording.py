@@ -131,10 +131,17 @@ def _update_deliveries(records: Sequence[Record]) -> None:
     for value in values.values():
         params += value.params
     assignments = ", ".join(f"{quote(name)} = {value.sql}" for name, value in values.items())
+    # Only a pending delivery, and never with an older attempt than it has: a run that lost
+    # its lease (its worker cut off for longer) must not undo what a newer run wrote.
+    where = f"{ids} AND {quote('status')} = %s"
+    where_params = [*ids_params, DeliveryStatus.PENDING.value]
+    if sent:
+        where += f" AND {values['attempts'].sql} >= {quote('attempts')}"
+        where_params += values["attempts"].params
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} WHERE {ids}",
-            [*params, *ids_params],
+            f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} WHERE {where}",
+            [*params, *where_params],
         )
 
 
