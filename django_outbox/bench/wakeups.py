@@ -6,7 +6,6 @@ enqueueing code and the worker) with override_settings; each counts its own stat
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from django.db import connection
 from django.test.utils import override_settings
 
 from django_outbox.bench import pgstats
+from django_outbox.bench.peers.base import percentiles
 from django_outbox.models import Job
 from django_outbox.wake import redis_configured
 from django_outbox.worker import Worker
@@ -103,8 +103,7 @@ def latency(
         if started is not None
     )
     bench_jobs.delete()
-    cuts = statistics.quantiles(waits, n=100, method="inclusive")
-    return LatencyFigures(mode, len(waits), cuts[49], cuts[94], cuts[98], waits[-1])
+    return LatencyFigures(mode, len(waits), *percentiles(waits))
 
 
 def idle(mode: str, workers: int = 4, seconds: float = 30.0, queue: str = "default") -> IdleFigures:

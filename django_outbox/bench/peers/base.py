@@ -358,23 +358,15 @@ def clock_drain(done: Callable[[], int], jobs: int, children: Children) -> Clock
     out alike; the jobs already done at the first look are not counted in the rate.
     """
     timeout = 120 + jobs / 20  # far slower than any peer: a stuck run, not a slow one
-    deadline = time.monotonic() + timeout
-    first: tuple[float, int] | None = None
-    while True:
-        count = done()
-        now = time.perf_counter()
-        if count and first is None:
-            first = (now, count)
-        if count >= jobs:
-            break
-        failure = children.failed()
-        if failure is not None:
-            raise PeerError(f"a {children.module} worker failed:\n{failure}")
-        if time.monotonic() > deadline:
-            raise PeerError(f"{children.module}: {count:,} of {jobs:,} done in {timeout:.0f} s")
-        time.sleep(POLL_SECONDS)
-    assert first is not None
-    started, before = first
+    first: list[tuple[float, int]] = []
+
+    def seen(count: int) -> None:
+        if count and not first:
+            first.append((time.perf_counter(), count))
+
+    count = wait_for(done, jobs, children, timeout, seen)
+    now = time.perf_counter()
+    started, before = first[0]
     if jobs - before < max(1, jobs // 10):
         raise PeerError(
             f"{children.module}: {before:,} of {jobs:,} jobs were done at the first look, "
@@ -383,23 +375,41 @@ def clock_drain(done: Callable[[], int], jobs: int, children: Children) -> Clock
     return Clocked(seconds=max(now - started, 1e-6), counted=jobs - before, done=count)
 
 
-def wait_for(done: Callable[[], int], target: int, children: Children, timeout: float) -> None:
+def wait_for(
+    done: Callable[[], int],
+    target: int,
+    children: Children,
+    timeout: float,
+    seen: Callable[[int], None] | None = None,
+) -> int:
+    """Look at ``done()`` every POLL_SECONDS until it reaches ``target``; returns the last
+    count. A child that fails, or ``timeout`` seconds, end the wait with PeerError."""
     deadline = time.monotonic() + timeout
-    while done() < target:
+    while True:
+        count = done()
+        if seen is not None:
+            seen(count)
+        if count >= target:
+            return count
         failure = children.failed()
         if failure is not None:
-            raise PeerError(f"a {children.module} process failed:\n{failure}")
+            raise PeerError(f"a {children.module} worker failed:\n{failure}")
         if time.monotonic() > deadline:
-            raise PeerError(f"{children.module}: {target} jobs not done in {timeout:.0f} s")
+            raise PeerError(f"{children.module}: {count:,} of {target:,} done in {timeout:.0f} s")
         time.sleep(POLL_SECONDS)
+
+
+def percentiles(waits: list[float]) -> tuple[float, float, float, float]:
+    """p50, p95, p99 and the longest of ``waits`` (at least two)."""
+    ordered = sorted(waits)
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return cuts[49], cuts[94], cuts[98], ordered[-1]
 
 
 def latency_figures(peer: str, waits: list[float]) -> PeerLatency:
     if len(waits) < 2:
         raise PeerError(f"{peer}: {len(waits)} pickups recorded, too few to rank")
-    waits = sorted(waits)
-    cuts = statistics.quantiles(waits, n=100, method="inclusive")
-    return PeerLatency(peer, len(waits), cuts[49], cuts[94], cuts[98], waits[-1])
+    return PeerLatency(peer, len(waits), *percentiles(waits))
 
 
 def printed(figures: dict[str, Any]) -> None:
