@@ -191,6 +191,31 @@ def test_lifecycle_signals_are_sent(run_worker):
     ]
 
 
+def test_finished_signal_carries_the_outcome(run_worker):
+    """task_finished gets the run's result up to date: status, return value, errors and
+    finishing time, as get_result() reads them from the stored job."""
+    finished = {}
+
+    def on_finished(sender, task_result, **kwargs):
+        finished[task_result.id] = task_result
+
+    task_finished.connect(on_finished)
+    try:
+        ok = tasks.add.enqueue(2, 3)
+        bad = tasks.always_fails.using(queue_name="default").enqueue("nope")
+        Job.objects.filter(pk=int(bad.id)).update(max_attempts=1)
+        run_worker()
+    finally:
+        task_finished.disconnect(on_finished)
+    assert finished[ok.id].status == TaskResultStatus.SUCCESSFUL
+    assert finished[ok.id].return_value == 5
+    assert finished[ok.id].finished_at == tasks.add.get_result(ok.id).finished_at
+    assert finished[bad.id].status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in finished[bad.id].errors] == ["builtins.ValueError"]
+    assert "nope" in finished[bad.id].errors[0].traceback
+    assert finished[bad.id].finished_at is not None
+
+
 def test_batches_keep_statements_per_job_low(run_worker):
     django_outbox.enqueue_many(tasks.noop, [((), {})] * 400)
     stats = run_worker(concurrency=4, batch_size=40)

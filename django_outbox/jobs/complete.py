@@ -43,6 +43,8 @@ class Outcome:
     held_until: datetime | None = None
     #: With ``held_until``: the job's keyword arguments from now on (None: unchanged).
     new_kwargs: dict[str, Any] | None = None
+    #: The TaskResult the run was started with (sent with task_started), if it got one.
+    result: Any = None
 
     @property
     def held(self) -> bool:

@@ -66,12 +66,17 @@ def build_result(
         args=args,
         kwargs=kwargs,
         backend=task.backend,
-        errors=[
-            TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
-            for e in errors
-        ],
+        errors=task_errors(errors),
         worker_ids=list(worker_ids),
         **times,
     )
     object.__setattr__(result, "_return_value", return_value)
     return result
+
+
+def task_errors(errors: list[dict[str, str]]) -> list[TaskError]:
+    """A job's stored errors as ``TaskResult.errors``."""
+    return [
+        TaskError(exception_class_path=e["exception_class_path"], traceback=e["traceback"])
+        for e in errors
+    ]

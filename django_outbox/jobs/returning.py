@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import Field, Model, QuerySet
+from django.db.models import Field, JSONField, Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
 
@@ -71,6 +71,8 @@ def _row_decoder(connection: Any, model: type[Model], fields: list[Field[Any, An
     for field in fields:
         column = field.get_col(table)
         converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        if isinstance(field, JSONField) and field.decoder is None:
+            converters = [_with_empty_fast_path(converters)]
         plan.append((field.name, column, converters))
 
     def decode(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -82,3 +84,23 @@ def _row_decoder(connection: Any, model: type[Model], fields: list[Field[Any, An
         return values
 
     return decode
+
+
+#: JSON texts most job rows hold (no arguments, no errors yet), and their values.
+_EMPTY_JSON: dict[str, Any] = {"[]": list, "{}": dict}
+
+
+def _with_empty_fast_path(converters: list[Any]) -> Any:
+    """``converters`` of a JSON column as one, skipping ``json.loads`` for ``[]`` and ``{}``: a
+    claim decodes four JSON columns per job, and for jobs without arguments or errors the
+    decoder cost more than the rest of the row."""
+
+    def convert(value: Any, expression: Any, connection: Any) -> Any:
+        empty = _EMPTY_JSON.get(value) if isinstance(value, str) else None
+        if empty is not None:
+            return empty()
+        for converter in converters:
+            value = converter(value, expression, connection)
+        return value
+
+    return convert

@@ -6,7 +6,9 @@ from functools import lru_cache
 from traceback import format_exception
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections
+from django.dispatch import receiver
 from django.tasks import Task
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
@@ -15,7 +17,7 @@ from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, R
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
-from django_outbox.jobs.results import build_result, resolve_task
+from django_outbox.jobs.results import build_result, resolve_task, task_errors
 from django_outbox.models import JobStatus
 from django_outbox.worker import cancellation
 
@@ -79,41 +81,87 @@ def tidy_connections() -> None:
 
 def execute(job: ClaimedJob) -> Outcome:
     """Run ``job``; every exception, SystemExit and KeyboardInterrupt included, fails the
-    job and never the worker."""
+    job and never the worker. The outcome carries the TaskResult sent with task_started,
+    for the worker to finish and send with task_finished once the outcome is stored."""
     flag = cancellation.flag_for(job.id)
+    result = None
     try:
         task = cached_task(job.task_path)
         result = claimed_job_result(task, job)
-        task_started.send(type(task.get_backend()), task_result=result)
+        task_started.send(backend_class(task), task_result=result)
         if task.takes_context:
             context = cancellation.OutboxTaskContext(task_result=result, cancel_flag=flag)
             value = task.call(context, *job.args, **job.kwargs)
         else:
             value = task.call(*job.args, **job.kwargs)
-        try:
-            stored = json_return_value(job, value)
-        except TypeError as exc:
-            if flag.is_set():  # cancelled, or timed out, meanwhile: that is what it was
-                return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
-            # The task ran to its end: a retry would repeat its work to return the same.
-            return Outcome(job, succeeded=False, error=error_record(exc), final=True)
-        return Outcome(job, succeeded=True, return_value=stored)
+        outcome = _returned(job, flag, value)
     except BaseException as exc:
-        if flag.is_set() or isinstance(exc, Cancelled):
-            return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
-        if isinstance(exc, RateLimited):
-            return Outcome(job, succeeded=False, held_until=exc.at, new_kwargs=exc.kwargs)
-        if isinstance(exc, RetryAt):
-            return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
-        if isinstance(exc, PermanentFailure):
-            return Outcome(job, succeeded=False, error=error_record(exc), final=True)
-        return Outcome(job, succeeded=False, error=error_record(exc))
+        outcome = _raised(job, flag, exc)
     finally:
         cancellation.forget(job.id, flag)
         tidy_connections()
+    outcome.result = result
+    return outcome
+
+
+def _returned(job: ClaimedJob, flag: Any, value: Any) -> Outcome:
+    try:
+        stored = json_return_value(job, value)
+    except TypeError as exc:
+        if flag.is_set():  # cancelled, or timed out, meanwhile: that is what it was
+            return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
+        # The task ran to its end: a retry would repeat its work to return the same.
+        return Outcome(job, succeeded=False, error=error_record(exc), final=True)
+    return Outcome(job, succeeded=True, return_value=stored)
+
+
+def _raised(job: ClaimedJob, flag: Any, exc: BaseException) -> Outcome:
+    if flag.is_set() or isinstance(exc, Cancelled):
+        return Outcome(job, succeeded=False, error=error_record(exc), cancelled=True)
+    if isinstance(exc, RateLimited):
+        return Outcome(job, succeeded=False, held_until=exc.at, new_kwargs=exc.kwargs)
+    if isinstance(exc, RetryAt):
+        return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
+    if isinstance(exc, PermanentFailure):
+        return Outcome(job, succeeded=False, error=error_record(exc), final=True)
+    return Outcome(job, succeeded=False, error=error_record(exc))
+
+
+def finished_result(task: Task, outcome: Outcome, status: JobStatus) -> Any:
+    """The TaskResult to send with task_finished: the run's own, from task_started, brought
+    up to date (as ``TaskResult.refresh()`` does), or a new one for a run that had none."""
+    result = outcome.result
+    if result is None:
+        return claimed_job_result(task, outcome.job, status, outcome)
+    update = object.__setattr__
+    update(result, "status", status.task_status)
+    update(result, "errors", task_errors(outcome.errors))
+    update(result, "finished_at", outcome.finished_at)
+    update(result, "_return_value", outcome.return_value)
+    return result
+
+
+def backend_class(task: Task) -> type:
+    """The class of ``task``'s backend, which the task signals name as their sender."""
+    found = _backend_classes.get(task.backend)
+    if found is None:
+        found = _backend_classes[task.backend] = type(task.get_backend())
+    return found
+
+
+#: TASKS alias -> its backend's class (looking the backend up costs more than a no-op job).
+_backend_classes: dict[str, type] = {}
+
+
+@receiver(setting_changed)
+def _forget_backend_classes(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _backend_classes.clear()
 
 
 def json_return_value(job: ClaimedJob, value: Any) -> Any:
+    if value is None:  # most tasks return nothing: nothing to check
+        return None
     try:
         value = normalize_json(value)
         problem = storable_problem(value)

@@ -32,7 +32,12 @@ from django_outbox.models import Job, JobStatus
 from django_outbox.wake import Wake, Waker, build_waker
 from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker import cancellation
-from django_outbox.worker.executor import cached_task, claimed_job_result, error_record
+from django_outbox.worker.executor import (
+    backend_class,
+    cached_task,
+    error_record,
+    finished_result,
+)
 from django_outbox.worker.pool import Pool
 from django_outbox.worker.pruner import Pruner
 from django_outbox.worker.scheduler import Scheduler
@@ -548,8 +553,8 @@ class Worker:
             task = cached_task(job.task_path)
         except Exception:
             return  # nothing to build a TaskResult from; the job row says it all
-        result = claimed_job_result(task, job, status, outcome)
-        task_finished.send(type(task.get_backend()), task_result=result)
+        result = finished_result(task, outcome, status)
+        task_finished.send(backend_class(task), task_result=result)
 
     def _look_again_at(self, when: datetime) -> float:
         """Claim again when a job this worker put back falls due; returns that moment on
