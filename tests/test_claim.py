@@ -128,3 +128,23 @@ def test_claimed_and_finished_versions_stay_on_their_page():
     stayed = sum(finished[pk] == page for pk, page in enqueued.items())
     # Most stay (275 of 400 here); with pages filled to the brim only the last page's did.
     assert stayed > len(enqueued) / 2
+
+
+@pytest.mark.parametrize("worker_id", ["w1", 'w"1', "w\\1", "wé", "w\n1"])
+def test_claimed_rows_decode_their_json_as_the_orm_does(job_factory, worker_id):
+    shapes = [[], {}, ["a"], ["a", "b"], ['a"b'], ["a\\b"], ["é"], [1], [[]], ["[]"], [{}]]
+    made = {job_factory(args=shape, kwargs={"k": shape}).pk: shape for shape in shapes}
+    job_factory(args=[], kwargs={}, worker_ids=["earlier"])
+    claimed = claim(worker_id, ["default"], 100, 30)
+    assert len(claimed) == len(made) + 1
+    for job in claimed:
+        stored = Job.objects.get(pk=job.id)
+        assert (job.args, job.kwargs, job.worker_ids, job.errors) == (
+            stored.args,
+            stored.kwargs,
+            stored.worker_ids,
+            stored.errors,
+        )
+        assert job.worker_ids[-1] == worker_id
+        if job.id in made:
+            assert job.args == made[job.id] and job.kwargs == {"k": made[job.id]}
