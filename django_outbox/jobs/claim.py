@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -26,12 +26,13 @@ from django.db import DatabaseError, connections, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf, ratelimits
-from django_outbox.jobs.returning import column, returned_rows
+from django_outbox.jobs.returning import column, returned_values
 from django_outbox.models import Job, JobStatus
 from django_outbox.ratelimits import Rate
 
 logger = logging.getLogger("django_outbox.worker")
 
+#: The claim's RETURNING columns: ClaimedJob's fields, in the same order.
 RETURNED_FIELDS = (
     "id",
     "backend",
@@ -75,6 +76,10 @@ class ClaimedJob:
     enqueued_at: datetime
     started_at: datetime
     last_attempted_at: datetime
+
+
+# A claim builds ClaimedJob from the returned columns by position.
+assert [f.name for f in fields(ClaimedJob)] == [*RETURNED_FIELDS, "last_attempted_at"]
 
 
 @dataclass(slots=True)
@@ -169,8 +174,9 @@ def claim_batch(
             if not rows:
                 raise
             logger.warning("claim of queues %s failed; keeping what was claimed", free)
-    decode = returned_rows(connection, Job, RETURNED_FIELDS)
-    claimed = [ClaimedJob(**decode(row), last_attempted_at=now) for row in rows]
+    decode = returned_values(connection, Job, RETURNED_FIELDS)
+    # ClaimedJob's fields are RETURNED_FIELDS, in that order, then last_attempted_at.
+    claimed = [ClaimedJob(*[*decode(row), now]) for row in rows]
     # RETURNING comes in no particular order: restore the claim order.
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return Claimed(claimed, min(waits) if waits else None)

@@ -51,7 +51,14 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
 
 def returned_rows(connection: Any, model: type[Model], names: Sequence[str]) -> Any:
     """A function turning one returned row of the columns of ``names`` into a dict of
-    Python values, as the ORM would (cached: it is asked for at every claim)."""
+    Python values, as the ORM would."""
+    values = returned_values(connection, model, names)
+    return lambda row: dict(zip(names, values(row), strict=True))
+
+
+def returned_values(connection: Any, model: type[Model], names: Sequence[str]) -> Any:
+    """A function turning one returned row of the columns of ``names`` into a list of
+    Python values in the same order, as the ORM would (cached: a claim asks for it)."""
     key = (connection.alias, connection.vendor, model, tuple(names))
     decode = _decoders.get(key)
     if decode is None:
@@ -65,22 +72,25 @@ _decoders: dict[tuple[Any, ...], Any] = {}
 
 
 def _row_decoder(connection: Any, model: type[Model], fields: list[Field[Any, Any]]) -> Any:
-    """Apply the same converters the ORM would to each returned column."""
+    """Apply the same converters the ORM would to each returned column; columns without
+    any (most of them, on PostgreSQL) are passed through untouched."""
     table = model._meta.db_table
     plan = []
-    for field in fields:
+    for index, field in enumerate(fields):
         column = field.get_col(table)
         converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
         if isinstance(field, JSONField) and field.decoder is None:
             converters = [_with_empty_fast_path(converters)]
-        plan.append((field.name, column, converters))
+        if converters:
+            plan.append((index, column, converters))
 
-    def decode(row: tuple[Any, ...]) -> dict[str, Any]:
-        values = {}
-        for (name, column, converters), value in zip(plan, row, strict=True):
+    def decode(row: tuple[Any, ...]) -> list[Any]:
+        values = list(row)
+        for index, column, converters in plan:
+            value = values[index]
             for converter in converters:
                 value = converter(value, column, connection)
-            values[name] = value
+            values[index] = value
         return values
 
     return decode
