@@ -223,3 +223,24 @@ def test_the_webhooks_queue_is_served_by_default():
     from django.tasks import task_backends
 
     assert "webhooks" in task_backends["default"].queues
+
+
+def test_stored_results_are_what_task_result_itself_would_build(run_worker, monkeypatch):
+    """Results of stored jobs skip TaskResult.__init__ (its arguments are JSON already);
+    they must equal what __init__ builds, which is also the way taken should Django's
+    TaskResult gain or lose a field."""
+    from django_outbox.jobs import results
+
+    done = tasks.echo.enqueue(1, [2, {"three": 3}], four="4")
+    failed = tasks.always_fails.enqueue("no")
+    Job.objects.filter(pk=int(failed.id)).update(max_attempts=1)
+    run_worker()
+    fast = [tasks.echo.get_result(done.id), tasks.always_fails.get_result(failed.id)]
+    monkeypatch.setattr(results, "_RESULT_FIELDS", results._RESULT_FIELDS | {"new_field"})
+    built = [tasks.echo.get_result(done.id), tasks.always_fails.get_result(failed.id)]
+    assert fast == built
+    assert fast[0].return_value == built[0].return_value == {
+        "args": [1, [2, {"three": 3}]],
+        "kwargs": {"four": "4"},
+    }
+    assert fast[1].errors[0].exception_class_path == "builtins.ValueError"
