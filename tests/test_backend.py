@@ -239,8 +239,12 @@ def test_stored_results_are_what_task_result_itself_would_build(run_worker, monk
     monkeypatch.setattr(results, "_RESULT_FIELDS", results._RESULT_FIELDS | {"new_field"})
     built = [tasks.echo.get_result(done.id), tasks.always_fails.get_result(failed.id)]
     assert fast == built
-    assert fast[0].return_value == built[0].return_value == {
-        "args": [1, [2, {"three": 3}]],
-        "kwargs": {"four": "4"},
-    }
+    assert (
+        fast[0].return_value
+        == built[0].return_value
+        == {
+            "args": [1, [2, {"three": 3}]],
+            "kwargs": {"four": "4"},
+        }
+    )
     assert fast[1].errors[0].exception_class_path == "builtins.ValueError"

@@ -10,11 +10,13 @@ from django.test import Client
 from django.utils import timezone
 
 import django_outbox
-from django_outbox.models import Job, JobStatus, Worker
+from django_outbox import webhooks
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Job, JobStatus, Worker
 from testproject.shop.models import Customer, Order
 from tests import tasks
 from tests.conftest import wait_until
 from tests.models import Execution, Once
+from tests.receiver import Answer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -212,3 +214,31 @@ def test_delayed_and_prioritised_jobs_run_in_order_and_not_early(start_worker):
     assert {high.id, low.id} <= {str(r.job_id) for r in runs.values()}
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_request_in_flight_when_its_worker_is_killed_is_in_the_attempt_log(
+    start_worker, receiver
+):
+    """kill -9 while the endpoint holds the request: the next worker logs that attempt as
+    interrupted before it sends again, so the log holds every request the endpoint got."""
+    receiver.script("/hook", Answer(delay=10), Answer())
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    first = start_worker("--queues", "webhooks")
+    wait_until(lambda: receiver.at("/hook"), what="the first request to arrive")
+    first.send(signal.SIGKILL)
+    first.wait()
+    start_worker("--queues", "webhooks")
+    delivery = message.deliveries.get()
+    wait_until(
+        lambda: Delivery.objects.get(pk=delivery.pk).status == DeliveryStatus.SUCCEEDED,
+        what="the delivery to succeed on the second worker",
+    )
+    logged = Attempt.objects.filter(delivery=delivery).order_by("number")
+    assert [(a.number, a.status_code, a.error_class) for a in logged] == [
+        (1, None, "Interrupted"),
+        (2, 200, ""),
+    ]
+    requests = receiver.at("/hook")
+    assert len(requests) == 2 == logged.count()
+    assert {r.headers["webhook-id"] for r in requests} == {message.uid}

@@ -325,6 +325,60 @@ def test_an_attempt_that_succeeded_before_a_crash_is_not_sent_again(receiver, we
     )
 
 
+WORKER_LOST = {
+    "exception_class_path": "django_outbox.exceptions.WorkerLost",
+    "traceback": "WorkerLost: the worker stopped renewing its lease",
+}
+
+
+def _as_if_its_first_run_was_cut() -> None:
+    """The delivery job's state after a worker claimed it, died, and the rescue took it
+    back: one run counted, WorkerLost in its errors."""
+    Job.objects.filter(queue="webhooks").update(
+        attempts=1, worker_ids=["a-dead-worker"], errors=[WORKER_LOST]
+    )
+
+
+def test_a_run_cut_before_it_logged_its_attempt_is_logged_as_interrupted(receiver, webhook_worker):
+    """The dead worker may have sent the request: the log says so, as attempt 1, and the
+    next request is attempt 2."""
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    _as_if_its_first_run_was_cut()
+    webhook_worker()
+    (delivery,) = settled(message)
+    assert delivery.status == DeliveryStatus.SUCCEEDED and delivery.attempts == 2
+    logged = [(a.number, a.succeeded, a.status_code, a.error_class) for a in attempts_of(delivery)]
+    assert logged == [(1, False, None, "Interrupted"), (2, True, 200, "")]
+    assert "may or may not have got the request" in attempts_of(delivery)[0].error_message
+    assert len(receiver.at("/hook")) == 1
+
+
+def test_a_run_cut_after_it_logged_its_attempt_adds_nothing_to_the_log(receiver, webhook_worker):
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    delivery = message.deliveries.get()
+    Attempt.objects.create(
+        delivery=delivery, number=1, started_at=delivery.created_at, duration=0.01,
+        status_code=500,
+    )  # fmt: skip
+    _as_if_its_first_run_was_cut()
+    webhook_worker()
+    (delivery,) = settled(message)
+    logged = [(a.number, a.status_code, a.error_class) for a in attempts_of(delivery)]
+    assert logged == [(1, 500, ""), (2, 200, "")]
+
+
+def test_retries_that_ended_normally_log_no_interrupted_attempt(receiver, webhook_worker):
+    receiver.script("/hook", Answer(500), Answer(500), Answer(200))
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+    logged = [(a.number, a.status_code, a.error_class) for a in attempts_of(delivery)]
+    assert logged == [(1, 500, ""), (2, 500, ""), (3, 200, "")]
+
+
 def test_an_endpoint_failing_for_its_window_is_disabled(receiver, webhook_worker, caught):
     receiver.script("/down", Answer(500))
     endpoint = webhooks.create_endpoint(receiver.url("/down"))

@@ -72,12 +72,29 @@ recorder: Batcher[recording.Record, None] = Batcher(
 )
 
 
-def run(delivery_id: int, retry: bool = False, rate_turn: dict[str, float] | None = None) -> str:
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """The runs of a delivery's job before this one, when the last of them may have sent
+    a request it never logged (its worker was lost, or its log write failed)."""
+
+    runs: int
+    #: When the job was enqueued: the attempts its runs logged are no older.
+    since: datetime
+
+
+def run(
+    delivery_id: int,
+    retry: bool = False,
+    rate_turn: dict[str, float] | None = None,
+    earlier: Earlier | None = None,
+) -> str:
     """Attempt one delivery; returns what happened, or raises RetryAt / PermanentFailure,
     or RateLimited when its endpoint's rate limit holds it back.
 
     ``retry``: the delivery's job ran before (its lookup waits for other retries).
-    ``rate_turn``: the turn under the endpoint's rate limit a held-back run reserved."""
+    ``rate_turn``: the turn under the endpoint's rate limit a held-back run reserved.
+    ``earlier``: given, the job's earlier runs that logged no attempt are logged now, as
+    interrupted (see ``log_interrupted``), before this run's attempt."""
     loaded = (retry_loader if retry else loader).submit(delivery_id)
     if loaded is None:
         return f"delivery {delivery_id} no longer exists: nothing to send"
@@ -89,6 +106,8 @@ def run(delivery_id: int, retry: bool = False, rate_turn: dict[str, float] | Non
         recorder.submit(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
         return f"attempt {latest.number} had succeeded already: not sent again"
     number = (latest.number if latest else 0) + 1
+    if earlier is not None:
+        number += log_interrupted(delivery, number, earlier)
     _wait_for_turn(delivery, number, rate_turn)
     response = _attempt(delivery)
     decision = policy.decide(
@@ -103,6 +122,45 @@ def run(delivery_id: int, retry: bool = False, rate_turn: dict[str, float] | Non
         next_at = timezone.now() + timedelta(seconds=decision.delay)
     recorder.submit(recording.Record(delivery, number, response, decision, next_at))
     return _conclude(delivery, number, response, decision, next_at)
+
+
+#: The attempt log's entry for a run that may have sent a request and stopped before it
+#: could log what came of it.
+INTERRUPTED = "Interrupted"
+INTERRUPTED_MESSAGE = (
+    "no outcome was logged: the worker running this attempt stopped (it was killed, or "
+    "lost its database) before it could log one; the endpoint may or may not have got "
+    "the request"
+)
+
+
+def log_interrupted(delivery: Delivery, first: int, earlier: Earlier) -> int:
+    """Log the job's earlier runs that logged no attempt as interrupted attempts, numbered
+    from ``first``; returns how many.
+
+    Every run of a delivery's job logs one attempt (a run held back by a rate limit does
+    not count as a run), so runs without one are those cut short: each may have reached
+    the endpoint, and the log must not hide a request the endpoint may have acted on.
+    Idempotent: a run held back after this logs nothing, and the next run counts again."""
+    logged = Attempt.objects.filter(delivery=delivery, started_at__gte=earlier.since).count()
+    missing = max(0, earlier.runs - logged)
+    if missing:
+        now = timezone.now()
+        Attempt.objects.bulk_create(
+            Attempt(
+                delivery=delivery,
+                number=first + n,
+                started_at=now,
+                duration=0.0,
+                error_class=INTERRUPTED,
+                error_message=INTERRUPTED_MESSAGE,
+            )
+            for n in range(missing)
+        )
+        Delivery.objects.filter(pk=delivery.pk, attempts__lt=first + missing - 1).update(
+            attempts=first + missing - 1, last_attempt_at=now
+        )
+    return missing
 
 
 #: A reserved turn missed by more than this (the workers were away or behind) is not
