@@ -16,14 +16,31 @@ from django.tasks import TaskContext
 from django_outbox.exceptions import Cancelled
 
 _lock = threading.Lock()
-_flags: dict[int, threading.Event] = {}
+_flags: dict[int, Flag] = {}
+
+
+class Flag:
+    """A run's stop request: set by the worker's main thread, read by the task's thread.
+    Nobody waits on it, so it is a plain attribute, not a ``threading.Event`` (whose lock
+    and condition cost a quick job more than its own run)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutboxTaskContext(TaskContext):  # type: ignore[misc]
     """Django's TaskContext, plus whether someone asked this run to stop."""
 
-    cancel_flag: threading.Event = field(default_factory=threading.Event, repr=False)
+    cancel_flag: Flag = field(default_factory=Flag, repr=False)
 
     def cancelled(self) -> bool:
         """True once cancellation was requested (seen at the worker's next heartbeat)."""
@@ -35,14 +52,14 @@ class OutboxTaskContext(TaskContext):  # type: ignore[misc]
             raise Cancelled("the job was asked to stop, and stopped")
 
 
-def flag_for(job_id: int) -> threading.Event:
+def flag_for(job_id: int) -> Flag:
     """The flag of a run starting now (until ``forget``)."""
     with _lock:
-        flag = _flags[job_id] = threading.Event()
+        flag = _flags[job_id] = Flag()
         return flag
 
 
-def forget(job_id: int, flag: threading.Event) -> None:
+def forget(job_id: int, flag: Flag) -> None:
     """Drop the flag of a run that ended (not that of a later run of the same job)."""
     with _lock:
         if _flags.get(job_id) is flag:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
+from inspect import iscoroutinefunction
 from traceback import format_exception
 from typing import Any
 
@@ -25,6 +27,17 @@ from django_outbox.worker import cancellation
 @lru_cache(maxsize=4096)
 def cached_task(path: str) -> Task:
     return resolve_task(path)
+
+
+@lru_cache(maxsize=4096)
+def _runner(path: str) -> Callable[..., Any]:
+    """What runs the task at ``path``: its function itself when ``Task.call`` would only
+    call it (a plain function, ``call`` not overridden), which spares each run ``call``'s
+    look at whether the function is a coroutine; else the task's ``call``."""
+    task = cached_task(path)
+    if type(task).call is Task.call and not iscoroutinefunction(task.func):
+        return task.func
+    return task.call
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -91,9 +104,9 @@ def execute(job: ClaimedJob) -> Outcome:
         task_started.send(backend_class(task), task_result=result)
         if task.takes_context:
             context = cancellation.OutboxTaskContext(task_result=result, cancel_flag=flag)
-            value = task.call(context, *job.args, **job.kwargs)
+            value = _runner(job.task_path)(context, *job.args, **job.kwargs)
         else:
-            value = task.call(*job.args, **job.kwargs)
+            value = _runner(job.task_path)(*job.args, **job.kwargs)
         outcome = _returned(job, flag, value)
     except BaseException as exc:
         outcome = _raised(job, flag, exc)
