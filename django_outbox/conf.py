@@ -281,6 +281,60 @@ def queue_settings_errors(raw: Any) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """``OUTBOX["HEALTH"]``: what ``outbox_health`` and the health URL call unhealthy."""
+
+    #: Queues that must have a live worker even when nothing is due (queues with due
+    #: jobs always must).
+    QUEUES: tuple[str, ...] = ()
+    #: The oldest due job may wait at most this long past its time.
+    MAX_DUE_AGE_SECONDS: float = 300.0
+    #: The failure rate of recently finished jobs may be at most this (0 to 1) ...
+    MAX_FAILURE_RATE: float = 0.5
+    #: ... among the jobs finished in this window (the latest 1,000 at most) ...
+    WINDOW_SECONDS: float = 600.0
+    #: ... once at least this many finished in it.
+    MIN_FINISHED: int = 20
+    #: A bearer token the health URL accepts besides a staff session ("": staff only).
+    TOKEN: str = ""
+
+
+def health_settings_errors(raw: Any) -> list[str]:
+    where = "OUTBOX['HEALTH']"
+    errors = _shape_errors(raw, where, HealthSettings.__dataclass_fields__.keys())
+    if not isinstance(raw, dict):
+        return errors
+    queues = raw.get("QUEUES", [])
+    if not isinstance(queues, list | tuple) or not all(isinstance(q, str) and q for q in queues):
+        errors.append(f"{where}['QUEUES'] must be a list of queue names, not {queues!r}.")
+    for key, kind, floor, ceiling in (
+        ("MAX_DUE_AGE_SECONDS", float, 0.0, MAX_NUMBER),
+        ("WINDOW_SECONDS", float, 0.0, MAX_NUMBER),
+        ("MIN_FINISHED", int, 0, 1000),
+    ):
+        if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling)):
+            errors.append(f"{where}[{key!r}] must be {problem}, not {raw[key]!r}.")
+    rate = raw.get("MAX_FAILURE_RATE", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        errors.append(f"{where}['MAX_FAILURE_RATE'] must be a number from 0 to 1, not {rate!r}.")
+    if "TOKEN" in raw and not isinstance(raw["TOKEN"], str):
+        errors.append(f"{where}['TOKEN'] must be a string, not {type(raw['TOKEN']).__name__}.")
+    elif raw.get("TOKEN") and len(raw["TOKEN"]) < 16:
+        errors.append(f"{where}['TOKEN'] must be at least 16 characters long (or empty).")
+    return errors
+
+
+def _merge_health(raw: dict[str, Any]) -> HealthSettings:
+    values = dict(raw)
+    if "QUEUES" in values:
+        values["QUEUES"] = tuple(values["QUEUES"])
+    for key in ("MAX_DUE_AGE_SECONDS", "WINDOW_SECONDS", "MAX_FAILURE_RATE"):
+        if key in values:
+            values[key] = float(values[key])
+    return HealthSettings(**values)
+
+
+@dataclass(frozen=True, slots=True)
 class OutboxSettings:
     #: Seconds an idle worker waits before looking for due jobs again when it has no
     #: wake-ups (WAKE resolves to "poll").
@@ -315,6 +369,8 @@ class OutboxSettings:
     RATE_LIMIT_STORE: str = "auto"
     #: The largest a job's arguments may be, as stored JSON (args and kwargs together).
     MAX_ARGUMENTS_BYTES: int = 1024 * 1024
+    #: What outbox_health and the health URL call unhealthy; see HealthSettings.
+    HEALTH: HealthSettings = field(default_factory=HealthSettings)
 
     def concurrency_limits(self, queues: Iterable[str]) -> dict[str, int]:
         """The global concurrency limit of each of ``queues`` that has one."""
@@ -397,6 +453,8 @@ def settings_errors(raw: Any) -> list[str]:
         errors.extend(retention_settings_errors(raw["RETENTION"]))
     if "QUEUES" in raw:
         errors.extend(queue_settings_errors(raw["QUEUES"]))
+    if "HEALTH" in raw:
+        errors.extend(health_settings_errors(raw["HEALTH"]))
     if "SCHEDULES" in raw and not isinstance(raw["SCHEDULES"], dict):
         errors.append(
             "OUTBOX['SCHEDULES'] must be a dict of schedules by name, "
@@ -432,6 +490,8 @@ def _merge(raw: dict[str, Any]) -> OutboxSettings:
         values["WEBHOOKS"] = _merge_webhooks(values["WEBHOOKS"])
     if "RETENTION" in values:
         values["RETENTION"] = _merge_retention(values["RETENTION"])
+    if "HEALTH" in values:
+        values["HEALTH"] = _merge_health(values["HEALTH"])
     if "QUEUES" in values:
         values["QUEUES"] = {
             name: QueueSettings(**options) for name, options in values["QUEUES"].items()

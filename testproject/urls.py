@@ -6,5 +6,7 @@ urlpatterns = [
     # The demo opens onto the outbox dashboard.
     path("", RedirectView.as_view(url="/admin/django_outbox/dashboard/")),
     path("admin/", admin.site.urls),
+    # GET /outbox/health/: outbox_health's figures as JSON (staff, or OUTBOX["HEALTH"]["TOKEN"]).
+    path("outbox/", include("django_outbox.urls")),
     path("", include("testproject.shop.urls")),
 ]

@@ -57,6 +57,17 @@ def outbox_errors():
         ({"RETENTION": {"STATUSES": "failed"}}, "['STATUSES'] must be a list"),
         ({"RETENTION": {"EVERY_SECONDS": 0}}, "['EVERY_SECONDS'] must be a number greater"),
         ([("POLL_INTERVAL", 1)], "OUTBOX must be a dict, not list."),
+        ({"HEALTH": "strict"}, "OUTBOX['HEALTH'] must be a dict, not str."),
+        ({"HEALTH": {"MAX_AGE": 5}}, "OUTBOX['HEALTH']['MAX_AGE'] is not a known setting"),
+        ({"HEALTH": {"QUEUES": "default"}}, "['QUEUES'] must be a list of queue names"),
+        ({"HEALTH": {"QUEUES": ["default", ""]}}, "['QUEUES'] must be a list of queue names"),
+        ({"HEALTH": {"MAX_DUE_AGE_SECONDS": 0}}, "['MAX_DUE_AGE_SECONDS'] must be a number"),
+        ({"HEALTH": {"WINDOW_SECONDS": "10m"}}, "['WINDOW_SECONDS'] must be a number"),
+        ({"HEALTH": {"MAX_FAILURE_RATE": 50}}, "['MAX_FAILURE_RATE'] must be a number from 0"),
+        ({"HEALTH": {"MAX_FAILURE_RATE": -0.1}}, "['MAX_FAILURE_RATE'] must be a number from 0"),
+        ({"HEALTH": {"MIN_FINISHED": 2.5}}, "['MIN_FINISHED'] must be a whole number"),
+        ({"HEALTH": {"TOKEN": 1234}}, "['TOKEN'] must be a string, not int."),
+        ({"HEALTH": {"TOKEN": "short"}}, "['TOKEN'] must be at least 16 characters long"),
     ],
 )
 def test_a_bad_outbox_setting_is_a_system_check_error_and_refused_at_use(value, message):

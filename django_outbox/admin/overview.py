@@ -20,7 +20,7 @@ from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from django_outbox import conf
+from django_outbox import health
 from django_outbox.models import Endpoint, EndpointHour, Job, JobStatus, Worker
 
 #: Jobs read for the wait and run time percentiles.
@@ -193,8 +193,7 @@ def workers(now: datetime) -> list[Worker]:
 
 
 def is_alive(worker: Worker, now: datetime) -> bool:
-    silent = timedelta(seconds=conf.get().LEASE_SECONDS)
-    return worker.stopped_at is None and now - worker.heartbeat_at <= silent
+    return health.live(worker, now)
 
 
 def endpoint_health(now: datetime) -> list[EndpointHealth]:
