@@ -3,7 +3,7 @@
 Three questions, each a bounded query:
 
 - does every queue with due work (or every queue asked about) have a live worker, one
-  whose heartbeat is younger than ``LEASE_SECONDS``;
+  that has stamped its row recently (``silent_seconds``);
 - is the oldest due job younger than ``MAX_DUE_AGE_SECONDS`` (read through the claim's
   partial index on queued rows);
 - is the failure rate of the latest jobs finished in the last ``WINDOW_SECONDS`` (at most
@@ -62,10 +62,20 @@ class Health:
 
 
 def live(worker: Worker, now: datetime) -> bool:
-    """A worker is live while it has not stopped and its last heartbeat is younger than a
-    lease: older, and the jobs it held are being taken back."""
-    silent = timedelta(seconds=conf.get().LEASE_SECONDS)
+    """A worker is live while it has not stopped and has stamped its row within
+    ``silent_seconds()``."""
+    silent = timedelta(seconds=silent_seconds())
     return worker.stopped_at is None and now - worker.heartbeat_at <= silent
+
+
+def silent_seconds() -> float:
+    """How long a live worker may go without stamping its row: a lease (a worker holding
+    jobs renews it every HEARTBEAT_SECONDS), or an idle worker's longest wait between
+    stamps (STALLED_CHECK_SECONDS, or POLL_INTERVAL when polling), plus a heartbeat's
+    slack, so an idle worker is never judged dead on the second its stamp falls due."""
+    options = conf.get()
+    longest = max(options.LEASE_SECONDS, options.STALLED_CHECK_SECONDS, options.POLL_INTERVAL)
+    return longest + options.HEARTBEAT_SECONDS
 
 
 def check(
@@ -90,7 +100,7 @@ def check(
     now = timezone.now()
 
     seen = Worker.objects.filter(
-        stopped_at=None, heartbeat_at__gte=now - timedelta(seconds=conf.get().LEASE_SECONDS)
+        stopped_at=None, heartbeat_at__gte=now - timedelta(seconds=silent_seconds())
     )
     if host is not None:
         seen = seen.filter(hostname=host)
