@@ -208,3 +208,11 @@ def returns_datetime() -> object:
     now = timezone.now()
     Execution.objects.create(job_id=0, attempt=0, worker="", key="returns_datetime", started=now)
     return now
+
+
+@task()
+def countdown(n: int) -> int:
+    """Enqueues itself with n - 1 until 0: a chain of n + 1 jobs, one after the other."""
+    if n > 0:
+        countdown.enqueue(n - 1)
+    return n

@@ -92,10 +92,13 @@ def tidy_connections() -> None:
                 conn.close()
 
 
-def execute(job: ClaimedJob) -> Outcome:
+def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
     """Run ``job``; every exception, SystemExit and KeyboardInterrupt included, fails the
     job and never the worker. The outcome carries the TaskResult sent with task_started,
-    for the worker to finish and send with task_finished once the outcome is stored."""
+    for the worker to finish and send with task_finished once the outcome is stored.
+
+    ``tidy``: close this thread's broken connections afterwards (a worker thread's; not
+    in a test, whose connection holds the test's transaction)."""
     flag = cancellation.flag_for(job.id)
     result = None
     try:
@@ -112,7 +115,8 @@ def execute(job: ClaimedJob) -> Outcome:
         outcome = _raised(job, flag, exc)
     finally:
         cancellation.forget(job.id, flag)
-        tidy_connections()
+        if tidy:
+            tidy_connections()
     outcome.result = result
     return outcome
 
