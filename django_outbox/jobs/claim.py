@@ -51,6 +51,7 @@ RETURNED_FIELDS = (
     "errors",
     "enqueued_at",
     "started_at",
+    "trace_context",
 )
 
 
@@ -75,6 +76,8 @@ class ClaimedJob:
     errors: list[dict[str, str]]
     enqueued_at: datetime
     started_at: datetime
+    #: The enqueue's trace context (OpenTelemetry), when it was traced.
+    trace_context: dict[str, str] | None
     last_attempted_at: datetime
 
 

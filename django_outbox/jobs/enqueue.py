@@ -12,7 +12,7 @@ from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from django_outbox import conf
+from django_outbox import conf, telemetry
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.results import to_task_result
@@ -99,13 +99,16 @@ def build_job(
 def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
     job = build_job(task, args, kwargs)
     key = task.unique_key_for(args, kwargs) if isinstance(task, OutboxTask) else None
-    if key is None:
-        job.save(force_insert=True)
-    else:
-        existing = _insert_unique(job, key)
-        if existing is not None:
-            return existing  # nothing enqueued, no signal
+    with telemetry.enqueue_span(job.task_path, job.queue) as trace_context:
+        job.trace_context = trace_context
+        if key is None:
+            job.save(force_insert=True)
+        else:
+            existing = _insert_unique(job, key)
+            if existing is not None:
+                return existing  # nothing enqueued, no signal
     notify_on_commit([(job.queue, job.run_at)], using=router.db_for_write(Job))
+    telemetry.enqueued(job.task_path, job.queue)
     result = to_task_result(job, task)
     task_enqueued.send(type(task.get_backend()), task_result=result)
     return result
@@ -168,9 +171,16 @@ def enqueue_many(
     now = timezone.now()
     jobs = [build_job(task, args, kwargs, now) for args, kwargs in _pairs(calls)]
     using = router.db_for_write(Job)
-    with transaction.atomic(using=using):
+    with (
+        telemetry.enqueue_span(task.module_path, task.queue_name, len(jobs)) as trace_context,
+        transaction.atomic(using=using),
+    ):
+        if trace_context is not None:
+            for job in jobs:
+                job.trace_context = trace_context
         Job.objects.bulk_create(jobs, batch_size=CHUNK_SIZE)
         notify_on_commit([(job.queue, job.run_at) for job in jobs], using=using)
+    telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
     backend_class = type(task.get_backend())
     results = [to_task_result(job, task) for job in jobs]
     for result in results:

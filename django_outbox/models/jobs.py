@@ -82,6 +82,9 @@ class Job(models.Model):
     #: Someone asked a running job to stop (django_outbox.cancel); its task sees it through
     #: ``context.cancelled()`` after the worker's next heartbeat.
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    #: The W3C trace context of the enqueue, when OpenTelemetry traced it: each run's span
+    #: joins that trace (django_outbox.telemetry).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from django_outbox import conf, ratelimits
+from django_outbox import conf, ratelimits, telemetry
 from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
 from django_outbox.webhooks import api, attempts, http, policy, recording, signing
@@ -109,7 +109,10 @@ def run(
     if earlier is not None:
         number += log_interrupted(delivery, number, earlier)
     _wait_for_turn(delivery, number, rate_turn)
-    response = _attempt(delivery)
+    with telemetry.attempt_span(delivery.endpoint.url, number):
+        response = _attempt(delivery)
+        succeeded = response.status_code is not None and 200 <= response.status_code < 300
+        telemetry.attempt_answered(response.status_code, response.error_class, succeeded)
     decision = policy.decide(
         number,
         conf.get().WEBHOOKS.RETRY_SCHEDULE,

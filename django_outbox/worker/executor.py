@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import lru_cache
 from inspect import iscoroutinefunction
@@ -15,6 +16,7 @@ from django.tasks import Task
 from django.tasks.signals import task_started
 from django.utils.json import normalize_json
 
+from django_outbox import telemetry
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
@@ -101,16 +103,15 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
     in a test, whose connection holds the test's transaction)."""
     flag = cancellation.flag_for(job.id)
     result = None
+    measuring = telemetry.measuring()
+    began = time.perf_counter() if measuring else 0.0
     try:
         task = cached_task(job.task_path)
         result = claimed_job_result(task, job)
         task_started.send(backend_class(task), task_result=result)
-        if task.takes_context:
-            context = cancellation.OutboxTaskContext(task_result=result, cancel_flag=flag)
-            value = _runner(job.task_path)(context, *job.args, **job.kwargs)
-        else:
-            value = _runner(job.task_path)(*job.args, **job.kwargs)
-        outcome = _returned(job, flag, value)
+        with telemetry.run_span(job.task_path, job.queue, job.id, job.attempts, job.trace_context):
+            outcome = _run(task, job, flag, result)
+            telemetry.run_failed(outcome.error)
     except BaseException as exc:
         outcome = _raised(job, flag, exc)
     finally:
@@ -118,7 +119,31 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
         if tidy:
             tidy_connections()
     outcome.result = result
+    if measuring:
+        _measure(job, began)
     return outcome
+
+
+def _run(task: Task, job: ClaimedJob, flag: Any, result: Any) -> Outcome:
+    try:
+        if task.takes_context:
+            context = cancellation.OutboxTaskContext(task_result=result, cancel_flag=flag)
+            value = _runner(job.task_path)(context, *job.args, **job.kwargs)
+        else:
+            value = _runner(job.task_path)(*job.args, **job.kwargs)
+    except BaseException as exc:
+        return _raised(job, flag, exc)
+    return _returned(job, flag, value)
+
+
+def _measure(job: ClaimedJob, began: float) -> None:
+    """The run's time, and for a first attempt how long the job waited past its due time
+    (or its enqueue, when it was due at once) before a worker took it."""
+    pickup = None
+    if job.attempts == 1:
+        due = max(job.run_at, job.enqueued_at)
+        pickup = (job.last_attempted_at - due).total_seconds()
+    telemetry.run_timed(job.task_path, job.queue, pickup, time.perf_counter() - began)
 
 
 def _returned(job: ClaimedJob, flag: Any, value: Any) -> Outcome:

@@ -24,7 +24,7 @@ from django.tasks.signals import task_finished
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
-from django_outbox import conf
+from django_outbox import conf, telemetry
 from django_outbox.exceptions import JobTimeout, ResultNotStored
 from django_outbox.jobs import claim, complete, leases
 from django_outbox.jobs.complete import Outcome
@@ -533,8 +533,10 @@ class Worker:
         if outcome.succeeded:
             self.stats.succeeded += 1
             status = JobStatus.SUCCEEDED
+            telemetry.ended(job.task_path, job.queue, "succeeded")
         elif outcome.will_retry:
             self.stats.retried += 1
+            telemetry.ended(job.task_path, job.queue, "retried")
             if outcome.retry_at is not None:  # look again when it falls due
                 self._look_again_at(outcome.retry_at)
             logger.warning(
@@ -549,6 +551,7 @@ class Worker:
         else:
             self.stats.failed += 1
             status = JobStatus.FAILED
+            telemetry.ended(job.task_path, job.queue, "failed")
         try:
             task = cached_task(job.task_path)
         except Exception:
