@@ -18,6 +18,7 @@ by queue, read when the metrics are collected), ``webhook.attempts`` (counter by
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, propagate, trace
+    from opentelemetry.metrics import _internal as _metrics_api
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError:  # the otel extra is not installed: everything here does nothing
     trace = None  # type: ignore[assignment]
@@ -34,7 +36,7 @@ NAME = "django_outbox"
 
 def tracing() -> bool:
     """Has the application set a tracer provider? (Without one, spans go nowhere.)"""
-    if trace is None:
+    if trace is None or _unset(trace, "_TRACER_PROVIDER", "OTEL_PYTHON_TRACER_PROVIDER"):
         return False
     provider = trace.get_tracer_provider()
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
@@ -42,13 +44,28 @@ def tracing() -> bool:
 
 def measuring() -> bool:
     """Has the application set a meter provider?"""
-    if trace is None:
+    if trace is None or _unset(_metrics_api, "_METER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"):
         return False
     provider = metrics.get_meter_provider()
     return not (
         isinstance(provider, metrics.NoOpMeterProvider)
         or type(provider).__name__ == "_ProxyMeterProvider"
     )
+
+
+_MISSING = object()
+
+
+def _unset(module: Any, name: str, variable: str) -> bool:
+    """Surely no provider yet: the API's global is still None and no environment variable
+    names one. The API's own getter looks the variable up in ``os.environ`` at every call
+    until a provider is set, which cost each job more than the rest of this module; should
+    the global be renamed in a later API, this says "not sure" and the getter decides."""
+    return getattr(module, name, _MISSING) is None and variable not in _ENVIRONMENT
+
+
+#: The environment at import: a provider named there is loaded at the getter's first call.
+_ENVIRONMENT = frozenset(os.environ)
 
 
 # Enqueue
