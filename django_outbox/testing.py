@@ -22,7 +22,6 @@ from typing import Any
 from unittest import mock
 
 from django.tasks import Task, TaskResult
-from django.tasks.signals import task_finished
 from django.utils import timezone
 from django.utils.json import normalize_json
 
@@ -80,27 +79,16 @@ def run_jobs(
             claimed += batch
         if not claimed:
             break
-        from django_outbox.worker.executor import (
-            backend_class,
-            cached_task,
-            execute,
-            finished_result,
-        )
+        from django_outbox.worker.executor import execute, send_finished
 
         outcomes = [execute(job, tidy=False) for job in claimed]
         for first in range(0, len(outcomes), CHUNK):
             complete(WORKER_ID, outcomes[first : first + CHUNK])
         for outcome in outcomes:
             ran.append(outcome.job.id)
-            if outcome.held or outcome.will_retry:
-                continue
-            status = JobStatus.SUCCEEDED if outcome.succeeded else JobStatus.FAILED
-            try:
-                task = cached_task(outcome.job.task_path)
-            except Exception:
-                continue
-            result = finished_result(task, outcome, status)
-            task_finished.send(backend_class(task), task_result=result)
+            if not (outcome.held or outcome.will_retry):
+                final = JobStatus.SUCCEEDED if outcome.succeeded else JobStatus.FAILED
+                send_finished(outcome, final)
         if not follow:
             break
     else:

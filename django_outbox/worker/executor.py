@@ -13,7 +13,7 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.dispatch import receiver
 from django.tasks import Task
-from django.tasks.signals import task_started
+from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from django_outbox import telemetry
@@ -181,6 +181,16 @@ def finished_result(task: Task, outcome: Outcome, status: JobStatus) -> Any:
     update(result, "finished_at", outcome.finished_at)
     update(result, "_return_value", outcome.return_value)
     return result
+
+
+def send_finished(outcome: Outcome, status: JobStatus) -> None:
+    """Send task_finished for a run whose outcome is stored and final (``status``). A task
+    path that no longer imports has no TaskResult to send: the job row says it all."""
+    try:
+        task = cached_task(outcome.job.task_path)
+    except Exception:
+        return
+    task_finished.send(backend_class(task), task_result=finished_result(task, outcome, status))
 
 
 def backend_class(task: Task) -> type:

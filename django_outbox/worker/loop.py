@@ -20,7 +20,6 @@ from typing import Any
 
 from django.db import Error as DatabaseErrors
 from django.db import InterfaceError, OperationalError, connections, router
-from django.tasks.signals import task_finished
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
@@ -32,12 +31,7 @@ from django_outbox.models import Job, JobStatus
 from django_outbox.wake import Wake, Waker, build_waker
 from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker import cancellation
-from django_outbox.worker.executor import (
-    backend_class,
-    cached_task,
-    error_record,
-    finished_result,
-)
+from django_outbox.worker.executor import error_record, send_finished
 from django_outbox.worker.pool import Pool
 from django_outbox.worker.pruner import Pruner
 from django_outbox.worker.scheduler import Scheduler
@@ -552,12 +546,7 @@ class Worker:
             self.stats.failed += 1
             status = JobStatus.FAILED
             telemetry.ended(job.task_path, job.queue, "failed")
-        try:
-            task = cached_task(job.task_path)
-        except Exception:
-            return  # nothing to build a TaskResult from; the job row says it all
-        result = finished_result(task, outcome, status)
-        task_finished.send(backend_class(task), task_result=result)
+        send_finished(outcome, status)
 
     def _look_again_at(self, when: datetime) -> float:
         """Claim again when a job this worker put back falls due; returns that moment on
