@@ -66,6 +66,8 @@ def run_jobs(
     queued for later, as it would be, and not run again here; its result shows it.
     Timeouts are not enforced: a run takes as long as it takes.
     """
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+        raise ValueError(f"max_rounds must be a whole number of at least 1, not {max_rounds!r}.")
     ran: list[int] = []
     for _round in range(max_rounds):
         chosen = list(queues) if queues is not None else _due_queues(backend)

@@ -150,3 +150,11 @@ def test_the_pytest_plugin_offers_the_helpers_as_fixtures(
     results = outbox_run_jobs()
     assert sorted(str(r.status) for r in results) == ["SUCCESSFUL", "SUCCESSFUL"]
     assert [h.payload for h in outbox_webhooks] == [{"id": 8}]
+
+
+@pytest.mark.parametrize("rounds", [0, -1, 2.5, True])
+def test_run_jobs_refuses_a_max_rounds_that_runs_nothing_and_runs_nothing(rounds):
+    queued = tasks.add.enqueue(1, 1)
+    with pytest.raises(ValueError, match="max_rounds must be a whole number of at least 1"):
+        run_jobs(follow=True, max_rounds=rounds)
+    assert Job.objects.get(pk=queued.id).status == JobStatus.QUEUED
