@@ -25,18 +25,28 @@ def test_drain_runs_every_job_and_prints_its_figures(capsys, processes):
     assert not Job.objects.exists()  # the benchmark cleans up after itself
 
 
-def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys):
+def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys, tmp_path):
     from django.db import connection
 
     call_command(
         "outbox_bench", "drain", "--jobs", "300", "--processes", "2", "--concurrency", "2",
-        "--peers",
+        "--peers", "--rounds", "2", "--json", str(tmp_path / "drain.json"),
     )  # fmt: skip
     out = capsys.readouterr().out
+    figures = json.loads((tmp_path / "drain.json").read_text())["figures"]
+    # Two rounds: each one's rate, and the best one's figures.
+    each = next(line for line in out.splitlines() if "drain, each round" in line)
+    rates = [float(x.replace(",", "")) for x in each.split("round", 1)[1].split(", ")]
+    assert rates == pytest.approx(figures["drain_rounds"], rel=1e-3) and len(rates) == 2
+    best = next(line for line in out.splitlines() if "drain (best round)" in line)
+    assert f"{max(rates):,.0f} jobs/s" in best
     ceiling = next(line for line in out.splitlines() if "raw-SQL ceiling" in line)
     if connection.vendor != "postgresql":
         assert "not measured: PostgreSQL only, not sqlite" in ceiling
         return
+    ratios = next(line for line in out.splitlines() if "ours / ceiling, each round" in line)
+    assert len(figures["ceiling"]["round_ratios"]) == 2
+    assert f"(median {figures['ceiling']['median_round_ratio']:.0%})" in ratios
     assert "300 succeeded" in ceiling
     # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one empty
     # claim per thread at the end.

@@ -10,6 +10,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import statistics
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.test.utils import override_settings
 
-from django_outbox.bench import wakeups
+from django_outbox.bench import ceiling, wakeups
 from django_outbox.bench.drain import DrainFigures, drain
 from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
@@ -66,6 +67,14 @@ class Command(BaseCommand):
             type=positive_int,
             default=None,
             help="Jobs for each peer to drain (default: --jobs); the slow ones take minutes.",
+        )
+        drain_parser.add_argument(
+            "--rounds",
+            type=positive_int,
+            default=1,
+            help="Drain this many times (with --peers, alternating with the raw-SQL ceiling) "
+            "and report the best of each and every round's ratio: a drain of a few seconds "
+            "on a shared machine varies by a third from one run to the next.",
         )
         latency_parser = workloads.add_parser(
             "latency", parents=[common], help="Pickup latency of one idle worker, per wake mode."
@@ -194,17 +203,35 @@ class Command(BaseCommand):
             return self.retry_storm(options)
         if options["workload"] == "fanout":
             return self.fanout(options)
-        figures = drain(
-            jobs=options["jobs"],
-            processes=options["processes"],
-            concurrency=options["concurrency"],
-            batch_size=options["batch_size"],
-            queue=options["queue"],
-        )
+        with_ceiling = options["peers"] and ceiling.available()
+        drains: list[DrainFigures] = []
+        ceilings: list[ceiling.CeilingFigures] = []
+        for _ in range(options["rounds"]):
+            drains.append(
+                drain(
+                    jobs=options["jobs"],
+                    processes=options["processes"],
+                    concurrency=options["concurrency"],
+                    batch_size=options["batch_size"],
+                    queue=options["queue"],
+                )
+            )
+            if with_ceiling:
+                ceilings.append(
+                    ceiling.drain(options["jobs"], options["processes"], options["concurrency"])
+                )
+        figures = max(drains, key=lambda f: f.drain_per_s)
         self.results["figures"]["drain"] = asdict(figures)
         rows = figures.rows()
+        if len(drains) > 1:
+            self.results["figures"]["drain_rounds"] = [f.drain_per_s for f in drains]
+            at = next(i for i, (name, _) in enumerate(rows) if name == "drain")
+            rows[at : at + 1] = [
+                ("drain (best round)", rows[at][1]),
+                ("drain, each round", ", ".join(f"{f.drain_per_s:,.0f}" for f in drains)),
+            ]
         if options["peers"]:
-            rows += self.ceiling(options, figures.drain_per_s, figures.wal_bytes_per_job)
+            rows += self.ceiling(figures, drains, ceilings)
         width = max(len(name) for name, _ in rows)
         self.stdout.write("outbox_bench drain")
         for name, value in rows:
@@ -213,28 +240,51 @@ class Command(BaseCommand):
             self.peer_drains(options, figures)
 
     def ceiling(
-        self, options: dict[str, Any], ours: float, wal: float | None
+        self,
+        ours: DrainFigures,
+        drains: list[DrainFigures],
+        ceilings: list[ceiling.CeilingFigures],
     ) -> list[tuple[str, str]]:
-        """The raw-SQL ceiling's drain in the same shape, and how close ours came to it."""
-        from django_outbox.bench import ceiling
-
-        if not ceiling.available():
+        """The raw-SQL ceiling's drains in the same shape, and how close ours came to it:
+        best against best, and round by round (each of ours against the ceiling's drain
+        right after it)."""
+        if not ceilings:
             return [("raw-SQL ceiling", f"not measured: PostgreSQL only, not {connection.vendor}")]
-        c = ceiling.drain(options["jobs"], options["processes"], options["concurrency"])
-        self.results["figures"]["ceiling"] = asdict(c) | {"ratio": ours / c.per_s}
-        return [
+        c = max(ceilings, key=lambda f: f.per_s)
+        ratios = [
+            mine.drain_per_s / theirs.per_s for mine, theirs in zip(drains, ceilings, strict=True)
+        ]
+        self.results["figures"]["ceiling"] = asdict(c) | {
+            "ratio": ours.drain_per_s / c.per_s,
+            "round_ratios": ratios,
+            "median_round_ratio": statistics.median(ratios),
+        }
+        rows = [
             (
-                "raw-SQL ceiling",
+                "raw-SQL ceiling" + (" (best round)" if len(ceilings) > 1 else ""),
                 f"{c.per_s:,.0f} jobs/s ({c.seconds:.2f} s; {c.succeeded:,} succeeded; "
                 f"{c.statements_per_job:.3f} statements per job; "
                 f"{c.wal_bytes_per_job:,.0f} WAL bytes per job; batches of {ceiling.BATCH})",
             ),
-            ("django_outbox / ceiling", f"{ours / c.per_s:.0%} of its drain rate"),
-        ] + (
-            []
-            if wal is None
-            else [("WAL: django_outbox / ceiling", f"{wal / c.wal_bytes_per_job:.2f}x")]
-        )
+            ("django_outbox / ceiling", f"{ours.drain_per_s / c.per_s:.0%} of its drain rate"),
+        ]
+        if len(ceilings) > 1:
+            rows += [
+                ("raw-SQL ceiling, each round", ", ".join(f"{f.per_s:,.0f}" for f in ceilings)),
+                (
+                    "ours / ceiling, each round",
+                    ", ".join(f"{r:.0%}" for r in ratios)
+                    + f" (median {statistics.median(ratios):.0%})",
+                ),
+            ]
+        if ours.wal_bytes_per_job is not None:
+            rows.append(
+                (
+                    "WAL: django_outbox / ceiling",
+                    f"{ours.wal_bytes_per_job / c.wal_bytes_per_job:.2f}x",
+                )
+            )
+        return rows
 
     def peer_drains(self, options: dict[str, Any], ours: DrainFigures) -> None:
         """The same drain by each installed peer, one after the other, and the ratios."""
