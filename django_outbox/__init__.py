@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django.tasks import Task, TaskResult
+    from django_outbox.compat import Task, TaskResult
 
 __all__ = ["cancel", "enqueue_many"]
 

@@ -13,12 +13,17 @@ from typing import Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import Task, TaskResult
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
 from django_outbox import conf
+from django_outbox.compat import (
+    TASK_MAX_PRIORITY,
+    TASK_MIN_PRIORITY,
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+)
 from django_outbox.task import OutboxTask, unique_key_problem
 
 #: The longest timeout or backoff a task may ask for: a year, in seconds.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -17,6 +17,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_outbox.ratelimits.rate import Rate
+
+T = TypeVar("T")
 
 #: The most a size limit may allow: bigger rows belong in files or object storage.
 MAX_BYTES = 64 * 1024 * 1024
@@ -380,7 +382,7 @@ class OutboxSettings:
         """The rate limit of each of ``queues`` that has one."""
         return self._per_queue(queues, lambda options: options.rate_limit)
 
-    def _per_queue[T](
+    def _per_queue(
         self, queues: Iterable[str], read: Callable[[QueueSettings], T | None]
     ) -> dict[str, T]:
         found = {}

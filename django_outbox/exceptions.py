@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.tasks.exceptions import InvalidTask, TaskException
+from django_outbox.compat import InvalidTask, TaskException
 
 
 class OutboxError(TaskException):

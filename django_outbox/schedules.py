@@ -21,11 +21,10 @@ from typing import Any
 from croniter import croniter
 from django.conf import settings as django_settings
 from django.db import IntegrityError, router, transaction
-from django.tasks import Task, TaskResult
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from django_outbox import conf
+from django_outbox.compat import Task, TaskResult, task_enqueued
 from django_outbox.jobs.enqueue import build_job
 from django_outbox.jobs.results import resolve_task, to_task_result
 from django_outbox.models import ScheduleState

@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.tasks import Task
 from django.utils import timezone
+
+from django_outbox.compat import Task
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from django.tasks import Task, TaskResult
 from django.utils import timezone
-from django.utils.json import normalize_json
 
+from django_outbox.compat import Task, TaskResult, normalize_json
 from django_outbox.jobs.claim import ClaimedJob, claim
 from django_outbox.jobs.complete import complete
 from django_outbox.jobs.results import to_task_result

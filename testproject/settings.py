@@ -130,6 +130,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "django_outbox": {"handlers": ["console"], "level": "INFO"},
+        # The tasks framework's own lines: django.tasks on Django 6, django_tasks (the
+        # backport) on 5.2.
         "django.tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        "django_tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }

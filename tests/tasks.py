@@ -8,9 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection
-from django.tasks import TaskContext, task
 from django.utils import timezone
 
+from django_outbox.compat import TaskContext, task
 from django_outbox.exceptions import RateLimited
 from tests.models import Execution, Once
 

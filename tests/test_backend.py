@@ -5,12 +5,18 @@ from datetime import datetime, timedelta
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import transaction
-from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from django_outbox.backend import OutboxBackend
+from django_outbox.compat import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    default_task_backend,
+    task,
+    task_backends,
+    task_enqueued,
+)
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.models import Job, JobStatus
 from django_outbox.task import OutboxTask
@@ -220,7 +226,7 @@ def test_timeouts_and_backoffs_must_be_finite_and_sane(value):
 
 
 def test_the_webhooks_queue_is_served_by_default():
-    from django.tasks import task_backends
+    from django_outbox.compat import task_backends
 
     assert "webhooks" in task_backends["default"].queues
 

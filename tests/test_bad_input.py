@@ -25,13 +25,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.tasks import task
-from django.tasks.exceptions import InvalidTask
 from django.test import override_settings
 from django.utils import timezone
 
 import django_outbox
 from django_outbox import webhooks
+from django_outbox.compat import InvalidTask, task
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.models.jobs import JobStatus

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
-from django.tasks import TaskResultStatus
-from django.tasks.exceptions import TaskResultDoesNotExist
 from django.test.utils import override_settings
 
 import django_outbox
+from django_outbox.compat import TaskResultDoesNotExist, TaskResultStatus
 from django_outbox.models import Job, JobStatus
 from tests import tasks
 from tests.conftest import wait_until

@@ -1,11 +1,11 @@
 import pytest
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import task_backends
 from django.test import override_settings
 
 from django_outbox import conf
 from django_outbox.checks import sqlite_checks
+from django_outbox.compat import task_backends
 
 pytestmark = pytest.mark.django_db  # model checks ask SQLite about JSON support
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.tasks import TaskResultStatus
-from django.tasks.signals import task_finished
 from django.test import Client
 from django.utils import timezone
 
 from django_outbox import webhooks
+from django_outbox.compat import TaskResultStatus, task_finished
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Job, JobStatus
 from django_outbox.testing import JobsStillDue, assert_enqueued, captured_webhooks, run_jobs
 from testproject.shop.models import Customer, Order

@@ -7,10 +7,9 @@ import threading
 
 import pytest
 from django.db import connection, transaction
-from django.tasks import task
-from django.tasks.exceptions import InvalidTask
 
 from django_outbox import enqueue_many
+from django_outbox.compat import InvalidTask, task
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.models import Job, JobStatus
 from tests import tasks

@@ -3,11 +3,10 @@
 from datetime import timedelta
 
 import pytest
-from django.tasks import TaskResultStatus
-from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
 import django_outbox
+from django_outbox.compat import TaskResultStatus, task_finished, task_started
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker import Worker
 from tests import tasks

@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -78,6 +79,8 @@ class EndpointAdmin(ReadOnlyAdmin):
     list_filter = ["active", "tenant", "created_at"]
     search_fields = ["url", "tenant", "description"]
     ordering = ["-id"]
+    # Django 6's default; said outright so Django 5.2 does not warn that it changes.
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     # The secrets are shown once, when created or rotated: here only masked.
     exclude = ["secret", "previous_secret"]
     readonly_fields = ["masked_secret", "masked_previous_secret", "deliveries"]

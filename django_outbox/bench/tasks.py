@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.tasks import task
+from django_outbox.compat import task
 
 
 @task()

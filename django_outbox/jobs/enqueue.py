@@ -7,12 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.tasks import Task, TaskResult
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.json import normalize_json
 
 from django_outbox import conf, telemetry
+from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.results import to_task_result

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from django.db import IntegrityError, router, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
-from django.tasks import TaskResult
-from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
+from django_outbox.compat import TaskResult, TaskResultDoesNotExist
 from django_outbox.models import Job, JobStatus
 from django_outbox.wake.notify import notify_on_commit
 

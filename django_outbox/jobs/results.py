@@ -6,10 +6,9 @@ from dataclasses import fields, replace
 from datetime import datetime
 from typing import Any
 
-from django.tasks import Task, TaskResult
-from django.tasks.base import TaskError
 from django.utils.module_loading import import_string
 
+from django_outbox.compat import Task, TaskError, TaskResult
 from django_outbox.exceptions import TaskNotFound
 from django_outbox.models import Job, JobStatus
 

@@ -11,8 +11,9 @@ from datetime import datetime
 
 from django.db import models
 from django.db.models import Q
-from django.tasks import TaskResultStatus
 from django.utils import timezone
+
+from django_outbox.compat import TaskResultStatus
 
 
 class JobStatus(models.TextChoices):

@@ -21,10 +21,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from django_outbox import conf
 from django_outbox.ratelimits.rate import Rate
+
+T = TypeVar("T")
 
 __all__ = ["Grant", "Rate", "give_back", "reserve", "store_name", "take"]
 
@@ -92,7 +94,7 @@ def store_name() -> str:
 _redis_down_until = 0.0
 
 
-def _call[T](operation: Callable[[Store], T]) -> T:
+def _call(operation: Callable[[Store], T]) -> T:
     global _redis_down_until
     if store_name() == "redis":
         from django_outbox.ratelimits import redis

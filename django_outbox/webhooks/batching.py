@@ -13,15 +13,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 #: No newcomer for this long ends the gathering: the threads a claim started arrive
 #: within a millisecond or two of each other.
 LULL_SECONDS = 0.005
 
+Key = TypeVar("Key")
+Value = TypeVar("Value")
+
 
 @dataclass
-class _Batch[Key]:
+class _Batch(Generic[Key]):
     keys: list[Key] = field(default_factory=list)
     arrived: threading.Event = field(default_factory=threading.Event)
     full: threading.Event = field(default_factory=threading.Event)
@@ -30,7 +33,7 @@ class _Batch[Key]:
     error: BaseException | None = None
 
 
-class Batcher[Key, Value]:
+class Batcher(Generic[Key, Value]):
     """``submit(key)`` blocks until ``run(keys)`` has run for the batch holding ``key``.
 
     ``run`` returns one value per key, in order; if it raises, every caller in the batch

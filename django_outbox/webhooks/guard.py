@@ -44,8 +44,16 @@ def refusal(address: IPAddress, allowed: Sequence[Network]) -> str | None:
         reason = _kind(candidate)
         if reason:
             shown = "" if candidate == address else f" (it holds {candidate})"
-            return f"{address} is {reason}{shown}"
+            return f"{_spelled(address)} is {reason}{shown}"
     return None
+
+
+def _spelled(address: IPAddress) -> str:
+    """``address`` as people write it: an IPv4-mapped IPv6 address with its IPv4 part
+    dotted, as Python 3.13 prints it (3.11 and 3.12 print ``::ffff:a00:1``)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return f"::ffff:{address.ipv4_mapped}"
+    return str(address)
 
 
 def _embedded(address: IPAddress) -> list[IPAddress]:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.tasks import TaskContext, task
-
 from django_outbox import conf
+from django_outbox.compat import TaskContext, task
 from django_outbox.exceptions import RetryAt
 
 _options = conf.get().WEBHOOKS

@@ -11,8 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from django.tasks import TaskContext
-
+from django_outbox.compat import TaskContext
 from django_outbox.exceptions import Cancelled
 
 _lock = threading.Lock()

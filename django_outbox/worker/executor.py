@@ -12,11 +12,9 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.db import connections
 from django.dispatch import receiver
-from django.tasks import Task
-from django.tasks.signals import task_finished, task_started
-from django.utils.json import normalize_json
 
 from django_outbox import telemetry
+from django_outbox.compat import Task, normalize_json, task_finished, task_started
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 import time
 
-from django.tasks import task
 from django.utils import timezone
 
+from django_outbox.compat import task
 from testproject.shop.models import Customer, Order
 
 

@@ -4,7 +4,7 @@ A module of its own, so the peer's processes import no django_outbox task option
 
 from __future__ import annotations
 
-from django.tasks import task
+from django_outbox.compat import task
 
 
 @task()

@@ -6,10 +6,9 @@ import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
 from django_outbox.backend import OutboxBackend
+from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.worker.loop import MAX_BATCH_SIZE
 from django_outbox.worker.process import WorkerOptions, run
 

@@ -31,12 +31,12 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Count, Min, Q, Sum
-from django.tasks import task_backends
 from django.test import Client, override_settings
 from django.utils import timezone
 
 from django_outbox import webhooks
 from django_outbox.bench import receiver
+from django_outbox.compat import LOGGER_NAME, task_backends
 from django_outbox.management.commands.runworker import non_negative_int, positive_int
 from django_outbox.models import (
     Attempt,
@@ -63,7 +63,7 @@ BAR_WIDTH = 30
 FAILING_ORDER_EVERY = 25
 FINISHED_STATUSES = [JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED]
 #: Loggers whose lines would break the progress bar.
-WORKER_LOGGERS = ("django_outbox", "django.tasks")
+WORKER_LOGGERS = ("django_outbox", LOGGER_NAME)
 DASHBOARD_URL = "http://127.0.0.1:8000/admin/django_outbox/dashboard/"
 #: The demo's receiver fails this many requests of each delivery before it answers 200.
 RECEIVER_FAILS_FIRST = 2
