@@ -16,12 +16,26 @@ $(PY):
 
 install: $(PY) ## Create .venv (Python >= 3.12) and install the project with its dev extra.
 
+# The LTS row: Django 5.2 on Python 3.11, django.tasks from the django-tasks backport.
+VENV_LTS ?= .venv-lts
+PY_LTS := $(VENV_LTS)/bin/python
+
+$(PY_LTS):
+	@python=$$(scripts/find-python.sh 3.11) && echo "Using $$python" && $$python -m venv $(VENV_LTS)
+	$(PY_LTS) -m pip install --quiet --upgrade pip
+	$(PY_LTS) -m pip install --quiet -e ".[dev]" "django>=5.2,<5.3"
+
+install-lts: $(PY_LTS) ## Create .venv-lts: Python 3.11, Django 5.2 LTS and the django-tasks backport.
+
 demo: $(PY) ## Run the demo on SQLite: enqueue jobs, run the worker, serve the admin (ARGS=--no-serve to stop after the summary).
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py demo $(ARGS)
 
 test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL when reachable (ARGS for pytest).
 	VENV_PYTHON=$(PY) scripts/test.sh $(ARGS)
+
+test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3.11 (SQLite, then PostgreSQL).
+	VENV_PYTHON=$(PY_LTS) scripts/test.sh $(ARGS)
 
 screenshots: $(PY) ## Retake the admin screenshots in docs/img/ (headless Chromium).
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_admin_browser.py
@@ -42,6 +56,6 @@ bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for
 	$(PY) manage.py outbox_bench drain $(ARGS)
 
 clean: ## Remove the venv and the demo's SQLite files.
-	rm -rf $(VENV) db.sqlite3* test-outbox.sqlite3*
+	rm -rf $(VENV) $(VENV_LTS) db.sqlite3* test-outbox*.sqlite3*
 
-.PHONY: help install demo test lint bench clean screenshots chaos soak
+.PHONY: help install install-lts test-lts demo test lint bench clean screenshots chaos soak

@@ -16,7 +16,12 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.apps.TestsConfig"]
 default: dict = DATABASES["default"]
 if default["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so worker subprocesses see the same database.
-    default["TEST"] = {"NAME": str(BASE_DIR / "test-outbox.sqlite3")}
+    default["TEST"] = {
+        "NAME": str(BASE_DIR / os.environ.get("OUTBOX_TEST_SQLITE_NAME", "test-outbox.sqlite3"))
+    }
+elif os.environ.get("OUTBOX_TEST_PG_NAME"):
+    # Two test runs at once on one server (CI's two rows) each create their own database.
+    default["TEST"] = {"NAME": os.environ["OUTBOX_TEST_PG_NAME"]}
 if os.environ.get("OUTBOX_TEST_DB_NAME"):
     # A worker subprocess: talk to the database the test run created.
     default["NAME"] = os.environ["OUTBOX_TEST_DB_NAME"]
@@ -32,6 +37,7 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "redis": {
         "BACKEND": "django_redis.cache.RedisCache",
+        # Another database number keeps two test runs at once apart (CI's two rows).
         "LOCATION": os.environ.get("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
         "KEY_PREFIX": "outbox-tests",
         "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 5},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,9 +41,11 @@ MODES = ["poll", "postgres", "redis"]
 REQUIRED = os.environ.get("OUTBOX_REQUIRE_SERVICES") == "1"
 
 
-def redis_client(url: str = "redis://127.0.0.1:6379/15"):
+def redis_client(url: str | None = None):
     import redis
 
+    # The tests' own database number (tests/settings.py).
+    url = url or os.environ.get("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     return redis.Redis.from_url(url, socket_connect_timeout=1)
 
 
@@ -241,7 +244,8 @@ def own_redis(tmp_path):
         if REQUIRED:
             pytest.fail("redis-server is required here")
         pytest.skip("no redis-server binary")
-    port = 6391
+    with socket.create_server(("127.0.0.1", 0)) as spare:  # a free port, for two runs at once
+        port = spare.getsockname()[1]
     command = [
         binary,
         "--port",
