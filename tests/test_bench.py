@@ -95,6 +95,15 @@ def test_webhooks_delivers_everything_and_prints_each_part(capsys):
     assert not Delivery.objects.exists() and not Job.objects.exists()
 
 
+def test_idle_refuses_a_bad_settle_before_starting_anything():
+    from django.core.management.base import CommandError
+
+    for bad, says in (("-1", "0 or more"), ("soon", "a number of seconds"), ("inf", "at most")):
+        with pytest.raises(CommandError, match=says):
+            call_command("outbox_bench", "idle", "--peers", "--settle", bad)
+    assert not Job.objects.exists()
+
+
 def test_webhooks_refuses_bad_arguments():
     from django.core.management.base import CommandError
 
@@ -257,7 +266,7 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
 
     call_command(
         "outbox_bench", "idle", "--workers", "1", "--seconds", "2", "--modes", "poll", "--peers",
-        "--json", str(tmp_path / "idle.json"),
+        "--settle", "1", "--json", str(tmp_path / "idle.json"),
     )  # fmt: skip
     out = capsys.readouterr().out
     peers = _peer_figures(tmp_path / "idle.json")

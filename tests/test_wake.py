@@ -407,7 +407,10 @@ print("ok")
 @pytest.mark.django_db(transaction=True)
 def test_a_due_job_locked_by_someone_else_does_not_make_an_idle_worker_spin(start_worker):
     require("postgres")
-    worker = start_worker("--queues", "slow", extra_env=worker_env("postgres"))
+    # The safety net (a look every stalled check while wake-ups are on) every 4 s, not 30,
+    # finds the job once the lock is gone.
+    env = worker_env("postgres") | {"OUTBOX_TEST_STALLED_CHECK_SECONDS": "4"}
+    worker = start_worker("--queues", "slow", extra_env=env)
     started(worker, "postgres")
     result = tasks.record_run.using(run_after=timedelta(seconds=1)).enqueue("locked")
     with transaction.atomic():

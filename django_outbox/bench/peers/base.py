@@ -105,7 +105,9 @@ class Peer:
     def latency(self, jobs: int, gap: float) -> PeerLatency:
         raise NotImplementedError
 
-    def idle(self, workers: int, seconds: float) -> PeerIdle:
+    def idle(self, workers: int, seconds: float, settle: float | None = None) -> PeerIdle:
+        """``settle``: seconds the workers idle before the window opens (None: the
+        peer's own need)."""
         raise NotImplementedError
 
 
@@ -159,11 +161,11 @@ class PostgresPeer(Peer):
             rows = observer.db.execute(self.pickups_sql).fetchall()
         return latency_figures(self.name, [float(row[0]) for row in rows])
 
-    def idle(self, workers: int, seconds: float) -> PeerIdle:
+    def idle(self, workers: int, seconds: float, settle: float | None = None) -> PeerIdle:
         with pg_schema(self.schema) as observer, self.children() as children:
             children.run("setup")
             self.start_workers(children, workers, 1, drain=False)
-            time.sleep(IDLE_SETTLE_SECONDS)
+            time.sleep(IDLE_SETTLE_SECONDS if settle is None else settle)
             before, own = observer.commits(), observer.statements
             time.sleep(seconds)
             commits = observer.commits() - before - (observer.statements - own)

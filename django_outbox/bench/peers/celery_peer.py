@@ -117,13 +117,13 @@ class Celery(Peer):
                 observer.clean()
         return latency_figures(self.name, waits)
 
-    def idle(self, workers: int, seconds: float) -> PeerIdle:
+    def idle(self, workers: int, seconds: float, settle: float | None = None) -> PeerIdle:
         children, observer = self._run()
         with children:
             try:
                 for number in range(workers):
                     self._worker(children, number)
-                time.sleep(IDLE_SETTLE_SECONDS)
+                time.sleep(IDLE_SETTLE_SECONDS if settle is None else settle)
                 before, own = observer.processed(), observer.commands
                 time.sleep(seconds)
                 commands = observer.processed() - before - (observer.commands - own)

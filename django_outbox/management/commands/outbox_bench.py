@@ -23,7 +23,7 @@ from django_outbox.bench import ceiling, wakeups
 from django_outbox.bench.drain import DrainFigures, drain
 from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
-from django_outbox.management.commands.runworker import batch_size, positive_int
+from django_outbox.management.commands.runworker import batch_size, positive_int, seconds
 
 
 class Command(BaseCommand):
@@ -95,6 +95,13 @@ class Command(BaseCommand):
         idle_parser.add_argument("--queue", default="default")
         idle_parser.add_argument(
             "--peers", action="store_true", help="Also measure the installed peers."
+        )
+        idle_parser.add_argument(
+            "--settle",
+            type=settle_seconds,
+            default=None,
+            help="Seconds the peers' workers idle before their window opens (default: what "
+            "each needs for its start-up polls to pass, 8 to 11 s; less for a quick check).",
         )
 
         hooks = workloads.add_parser(
@@ -360,10 +367,13 @@ class Command(BaseCommand):
                     f = ceiling.latency(jobs, gap) if peer is None else peer.latency(jobs, gap)
                 else:
                     workers, seconds = options["workers"], options["seconds"]
+                    settle = options["settle"]
                     if peer is None:
-                        f = ceiling.idle(workers, seconds, settle=IDLE_SETTLE_SECONDS)
+                        f = ceiling.idle(
+                            workers, seconds, IDLE_SETTLE_SECONDS if settle is None else settle
+                        )
                     else:
-                        f = peer.idle(workers, seconds)
+                        f = peer.idle(workers, seconds, settle)
             except Exception as exc:  # one peer's failure is reported; the others go on
                 rows.append((name, self.peer_failed(name, exc)))
                 continue
@@ -580,3 +590,10 @@ def part_list(text: str) -> list[str]:
             f"parts are {', '.join(WEBHOOK_PARTS)}; not {', '.join(unknown) or repr(text)}"
         )
     return parts
+
+
+def settle_seconds(text: str) -> float:
+    value = seconds(text)
+    if value > 600:
+        raise argparse.ArgumentTypeError(f"must be at most 600 seconds, got {text}")
+    return value
