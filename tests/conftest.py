@@ -12,12 +12,21 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_outbox.wake import notify
 from django_outbox.worker import Worker
 from django_outbox.worker.loop import WorkerStats
 from tests.factories import JobFactory, WorkerFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_QUEUES = ["default", "emails", "reports", "slow"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _wake_sender_stopped_at_the_end(django_db_setup: None) -> Iterator[None]:
+    """Stop this process's wake-up sender thread before the test database is dropped: its
+    connection would keep PostgreSQL from dropping it."""
+    yield
+    notify.settle()
 
 
 @pytest.fixture

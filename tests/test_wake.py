@@ -85,6 +85,7 @@ def terminate_listeners() -> int:
         cursor.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE application_name = 'django_outbox listener'"
+            " AND datname = current_database()"  # not another test run's workers
         )
         return int(cursor.fetchone()[0])
 
