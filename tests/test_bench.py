@@ -37,7 +37,8 @@ def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys,
     # Two rounds: each one's rate, and the best one's figures.
     each = next(line for line in out.splitlines() if "drain, each round" in line)
     rates = [float(x.replace(",", "")) for x in each.split("round", 1)[1].split(", ")]
-    assert rates == pytest.approx(figures["drain_rounds"], rel=1e-3) and len(rates) == 2
+    # The table rounds to whole jobs per second.
+    assert rates == pytest.approx(figures["drain_rounds"], abs=0.5) and len(rates) == 2
     best = next(line for line in out.splitlines() if "drain (best round)" in line)
     assert f"{max(rates):,.0f} jobs/s" in best
     ceiling = next(line for line in out.splitlines() if "raw-SQL ceiling" in line)
