@@ -23,7 +23,8 @@ from django_outbox.bench import ceiling, wakeups
 from django_outbox.bench.drain import DrainFigures, drain
 from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
-from django_outbox.management.commands.runworker import batch_size, positive_int, seconds
+from django_outbox.management.commands.runworker import batch_size, positive_int
+from django_outbox.management.commands.runworker import seconds as seconds_arg
 
 
 class Command(BaseCommand):
@@ -593,7 +594,7 @@ def part_list(text: str) -> list[str]:
 
 
 def settle_seconds(text: str) -> float:
-    value = seconds(text)
+    value = seconds_arg(text)
     if value > 600:
         raise argparse.ArgumentTypeError(f"must be at most 600 seconds, got {text}")
     return value
