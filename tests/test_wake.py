@@ -493,7 +493,9 @@ def test_an_idle_worker_sends_only_its_claim_and_rescue_per_stalled_check(mode, 
     # With postgres wake-ups, the listener's heartbeat is also the worker's "alive"; with
     # redis, the main connection says it, at most once per check.
     per_check = 2 if mode == "postgres" else 3
-    assert 2 * (checks - 1) <= sent <= per_check * (checks + 1), (sent, checks)
+    # It does look every check; one late look is allowed on a loaded machine (CI runs two
+    # test rows at once), and spinning would send hundreds.
+    assert 2 * (checks - 2) <= sent <= per_check * (checks + 1), (sent, checks)
     assert timezone.now() - heartbeat_at < timedelta(seconds=1.5)
 
 
