@@ -21,14 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 ALL_QUEUES = ["default", "emails", "reports", "slow"]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _wake_sender_stopped_at_the_end(django_db_setup: None) -> Iterator[None]:
-    """Stop this process's wake-up sender thread before the test database is dropped: its
-    connection would keep PostgreSQL from dropping it."""
-    yield
-    notify.settle()
-
-
 @pytest.fixture
 def job_factory(db: None) -> type[JobFactory]:
     return JobFactory
@@ -121,16 +113,6 @@ def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..
     yield start
     for worker in started:
         worker.stop()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _stop_wake_up_senders(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """Before the test database is dropped, stop the sender thread that keeps a connection."""
-    yield
-    from django_outbox.wake import notify
-
-    with django_db_blocker.unblock():
-        notify.reset()
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from django_outbox.wake.redis import key_for
 from django_outbox.worker import Worker
 from django_outbox.worker.process import start_in_thread
 from tests import tasks
-from tests.conftest import wait_until
+from tests.conftest import ROOT, wait_until
 from tests.models import Execution
 
 MODES = ["poll", "postgres", "redis"]
@@ -157,7 +157,6 @@ def test_postgres_delivers_the_signals_to_a_listener():
     with psycopg.connect(**listener_params("default")) as listener:
         for queue in ("default", "emails"):
             listener.execute(f'LISTEN "{channel_for(queue)}"')
-        time.sleep(notify.COALESCE_SECONDS)
         django_outbox.enqueue_many(tasks.noop, [((), {})] * 3)
         tasks.email.enqueue("x@y.z")
         notes = list(listener.notifies(timeout=0.5))
@@ -179,7 +178,6 @@ def test_redis_markers_only_on_commit():
     due = timezone.now() + timedelta(minutes=5)
     tasks.noop.using(run_after=due).enqueue()
     tasks.noop.using(run_after=due + timedelta(minutes=5)).enqueue()
-    time.sleep(notify.COALESCE_SECONDS * 3)  # the trailing signal
     assert redis_client().zscore(later, "next") == pytest.approx(due.timestamp(), abs=0.01)
 
 
@@ -193,17 +191,71 @@ class Recording(Sender):
         self.sent.append((time.monotonic(), dict(queues)))
 
 
-def test_signals_per_queue_are_coalesced_with_a_trailing_one():
+class Slow(Recording):
+    """A sender whose first send takes a while, as a slow network would."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered = threading.Event()
+
+    def send(self, queues):
+        if not self.entered.is_set():
+            self.entered.set()
+            time.sleep(0.3)
+        super().send(queues)
+
+
+def test_every_signal_goes_at_once_and_is_never_held_for_later():
     sender = Recording()
-    coalescer = Coalescer(sender, window=0.1)
-    coalescer.request({"a": 1.0})  # sent at once
-    for _ in range(20):
-        coalescer.request({"a": 2.0})  # inside the window: held back
-    coalescer.request({"a": 0.5, "b": 3.0})  # b was never sent: at once; a: held back
-    time.sleep(0.25)  # the window passes; the sender thread sends what it held
-    coalescer.settle()
-    assert [queues for _at, queues in sender.sent] == [{"a": 1.0}, {"b": 3.0}, {"a": 0.5}]
-    assert sender.sent[2][0] - sender.sent[0][0] >= 0.09  # the trailing one, after the window
+    coalescer = Coalescer(sender)
+    for due in (1.0, 2.0, 3.0):
+        coalescer.request({"a": due})
+    # One after another, nothing is held back: an idle worker hears of each job at once.
+    assert [queues for _at, queues in sender.sent] == [{"a": 1.0}, {"a": 2.0}, {"a": 3.0}]
+
+
+def test_signals_asked_for_during_a_send_go_once_right_after_it():
+    sender = Slow()
+    coalescer = Coalescer(sender)
+    first = threading.Thread(target=coalescer.request, args=({"a": 1.0},))
+    first.start()
+    sender.entered.wait(5)
+    for due in (5.0, 0.5, 4.0):
+        coalescer.request({"a": due})  # "a" is being sent: left to that thread, no wait
+    coalescer.request({"b": 3.0})  # nobody is sending "b": at once
+    assert [queues for _at, queues in sender.sent] == [{"b": 3.0}]
+    first.join(5)
+    # The sending thread sent once more, for the three requests, with the earliest due.
+    assert [queues for _at, queues in sender.sent] == [{"b": 3.0}, {"a": 1.0}, {"a": 0.5}]
+    coalescer.request({"a": 9.0})  # and nothing is left over: the next goes at once
+    assert sender.sent[-1][1] == {"a": 9.0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_last_jobs_signal_goes_out_before_the_enqueuing_process_exits():
+    """A short-lived process (a script, a management command) that enqueues and exits at
+    once still signals its last job: nothing is left for a thread that dies with it."""
+    require("postgres")
+    script = (
+        "import django; django.setup()\n"
+        "from tests import tasks\n"
+        "for n in range(5): tasks.noop.enqueue()\n"
+    )
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "OUTBOX_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+    }
+    with psycopg.connect(**listener_params("default")) as listener:
+        listener.execute(f'LISTEN "{channel_for("default")}"')
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        notes = list(listener.notifies(timeout=1.0))
+    last = Job.objects.order_by("-pk").first()
+    assert last is not None and Job.objects.count() == 5
+    signalled = [read_payload(n.payload, {"default"})[1] for n in notes]
+    assert max(signalled) >= round(last.run_at.timestamp(), 3), (signalled, last.run_at)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -398,8 +450,6 @@ print("ok")
         "DJANGO_SETTINGS_MODULE": "testproject.settings",
         "OUTBOX_SQLITE_PATH": str(tmp_path / "no-psycopg.sqlite3"),
     }
-    from tests.conftest import ROOT
-
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )

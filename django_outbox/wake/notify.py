@@ -1,15 +1,17 @@
 """The sending side: a commit that enqueued jobs signals their queues, once it commits.
 
-Enqueues register ``transaction.on_commit``: a rollback signals nobody. Per process, a
-queue is signalled at most once per ``COALESCE_SECONDS``; a signal asked for inside that
-window is sent when it ends (a trailing signal), so the last job is never left unsignalled.
+Enqueues register ``transaction.on_commit``: a rollback signals nobody. The signal goes at
+once, from the committing thread: a worker that is idle when a job commits hears of it
+within milliseconds. Signals are coalesced only while one is being sent: a commit whose
+queue is being signalled by another thread of the process leaves its signal to that thread,
+which sends once more, right after, for everything that came meanwhile. No signal is held
+for later, so none is lost when the process exits.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterable
 from datetime import datetime
 from functools import partial
@@ -20,82 +22,36 @@ from django_outbox.wake.base import Sender
 
 logger = logging.getLogger("django_outbox.wake")
 
-COALESCE_SECONDS = 0.05
-
 
 class Coalescer:
-    """At most one send per queue per window, with a trailing send for what came between.
+    """Sends at once; while a send for a queue is under way, requests for that queue wait
+    for it to end and are sent together, once, by the thread that was sending."""
 
-    Sends inside the window are held for one long-lived thread per process, which keeps
-    its own database connection between sends (no new thread or connection per signal).
-    """
-
-    def __init__(self, sender: Sender, window: float = COALESCE_SECONDS) -> None:
+    def __init__(self, sender: Sender) -> None:
         self.sender = sender
-        self.window = window
-        self._cond = threading.Condition()
-        self._last_sent: dict[str, float] = {}
-        self._pending: dict[str, float] = {}  # queue -> earliest due, for the trailing send
-        self._thread: threading.Thread | None = None
-        self._stopping = False
+        self._lock = threading.Lock()
+        #: Queues a thread is signalling now.
+        self._sending: set[str] = set()
+        #: queue -> earliest due, asked for while that queue was being signalled.
+        self._pending: dict[str, float] = {}
         self._failing = False
 
     def request(self, queues: dict[str, float]) -> None:
-        now = time.monotonic()
-        send_now: dict[str, float] = {}
-        with self._cond:
+        mine: dict[str, float] = {}
+        with self._lock:
             for queue, due in queues.items():
-                if now - self._last_sent.get(queue, -1e9) >= self.window:
-                    self._last_sent[queue] = now
-                    send_now[queue] = due
-                else:
+                if queue in self._sending:
                     self._pending[queue] = min(due, self._pending.get(queue, due))
-            if self._pending:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="outbox-wake-sender", daemon=True
-                    )
-                    self._thread.start()
-                self._cond.notify()
-        if send_now:
-            self._send(send_now)
-
-    def settle(self) -> None:
-        """Send what is held and stop the sender thread (before forking: no threads may run).
-        The next request starts it again."""
-        with self._cond:
-            thread = self._thread
-            if thread is None or thread is threading.current_thread():
-                return
-            self._stopping = True
-            self._cond.notify()
-        thread.join()
-        with self._cond:
-            self._thread = None
-            self._stopping = False
-
-    def _run(self) -> None:
-        from django.db import connections
-
-        try:
-            while True:
-                with self._cond:
-                    while not self._pending and not self._stopping:
-                        self._cond.wait()
-                    if not self._pending:
-                        return  # stopping, nothing held
-                    now = time.monotonic()
-                    ready_at = min(self._last_sent.get(q, 0.0) + self.window for q in self._pending)
-                    if ready_at > now and not self._stopping:
-                        self._cond.wait(ready_at - now)
-                        continue
-                    pending, self._pending = self._pending, {}
-                    for queue in pending:
-                        self._last_sent[queue] = now
-                if not self._send(pending):
-                    connections.close_all()  # start the next send on a fresh connection
-        finally:
-            connections.close_all()
+                else:
+                    self._sending.add(queue)
+                    mine[queue] = due
+        while mine:
+            self._send(mine)
+            with self._lock:
+                # What others asked for while this send was under way goes next, from here.
+                follow = {q: self._pending.pop(q) for q in mine if q in self._pending}
+                self._sending.difference_update(q for q in mine if q not in follow)
+            mine = follow
 
     def _send(self, queues: dict[str, float]) -> bool:
         try:
@@ -130,21 +86,10 @@ def coalescer_for(using: str) -> Coalescer | None:
         return _coalescers[using]
 
 
-def settle() -> None:
-    """Let every pending trailing signal go out; afterwards no sender thread runs."""
-    with _coalescers_lock:
-        coalescers = list(_coalescers.values())
-    for coalescer in coalescers:
-        coalescer.settle()
-
-
 def reset() -> None:
     """Forget the senders (settings changed)."""
     with _coalescers_lock:
-        coalescers = list(_coalescers.values())
         _coalescers.clear()
-    for coalescer in coalescers:
-        coalescer.settle()  # no orphaned sender threads
 
 
 def notify_on_commit(due: Iterable[tuple[str, datetime]], using: str) -> None:

@@ -64,7 +64,6 @@ class Supervisor:
 
     def _start(self, slot: int) -> None:
         connections.close_all()  # never share a connection with a forked child
-        notify.settle()  # and fork no running thread with it
         process = self._context.Process(
             target=self.child_main, args=(*self.child_args, os.getpid()), daemon=False
         )
