@@ -87,9 +87,8 @@ def run_jobs(
             complete(WORKER_ID, outcomes[first : first + CHUNK])
         for outcome in outcomes:
             ran.append(outcome.job.id)
-            if not (outcome.held or outcome.will_retry):
-                final = JobStatus.SUCCEEDED if outcome.succeeded else JobStatus.FAILED
-                send_finished(outcome, final)
+            if outcome.status != JobStatus.QUEUED:
+                send_finished(outcome, outcome.status)
         if not follow:
             break
     else:

@@ -62,6 +62,18 @@ class Outcome:
         )
 
     @property
+    def status(self) -> JobStatus:
+        """The job's status once this outcome is written: the one place a run's end is
+        classified (queued again for a hold-back or a retry)."""
+        if self.held:
+            return JobStatus.QUEUED
+        if self.succeeded:
+            return JobStatus.SUCCEEDED
+        if self.cancelled:
+            return JobStatus.CANCELLED
+        return JobStatus.QUEUED if self.will_retry else JobStatus.FAILED
+
+    @property
     def errors(self) -> list[dict[str, str]]:
         """The job's error list after this run."""
         return self.job.errors + ([self.error] if self.error else [])
@@ -82,17 +94,12 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     the database for longer than a lease): another worker took them back, and their
     late results are dropped rather than overwrite what happened since.
     """
-    succeeded: list[Outcome] = []
-    retried: list[Outcome] = []
-    failed: list[Outcome] = []
+    by_status: dict[JobStatus, list[Outcome]] = {status: [] for status in JobStatus}
     held: list[Outcome] = []
     for outcome in outcomes:
-        if outcome.held:
-            held.append(outcome)
-        elif outcome.succeeded:
-            succeeded.append(outcome)
-        else:
-            (retried if outcome.will_retry else failed).append(outcome)
+        (held if outcome.held else by_status[outcome.status]).append(outcome)
+    succeeded = by_status[JobStatus.SUCCEEDED]
+    retried = by_status[JobStatus.QUEUED]
     stored = 0
     if held:
         stored += _hold_back(worker_id, held)
@@ -121,10 +128,8 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
                 "worker_id": None,
             },
         )
-    for status, ended in (
-        (JobStatus.FAILED, [o for o in failed if not o.cancelled]),
-        (JobStatus.CANCELLED, [o for o in failed if o.cancelled]),
-    ):
+    for status in (JobStatus.FAILED, JobStatus.CANCELLED):
+        ended = by_status[status]
         if not ended:
             continue
         stored += _update(
