@@ -238,7 +238,7 @@ def test_after_heartbeats_failed_only_results_still_leased_are_written(run_worke
     claimed = claim(worker.id, ["default"], 2, 30)
     # The database was away longer than a lease; another worker took one job back.
     Job.objects.filter(pk=taken.id).update(worker_id="someone-else")
-    worker._leases_renewed_at -= 3600
+    worker.completer.leases_renewed_at -= 3600
     finished = []
 
     def on_finished(sender, task_result, **kwargs):
@@ -246,8 +246,8 @@ def test_after_heartbeats_failed_only_results_still_leased_are_written(run_worke
 
     task_finished.connect(on_finished)
     try:
-        worker._unflushed = [Outcome(job, succeeded=True, return_value=0) for job in claimed]
-        worker._flush()
+        worker.completer.add([Outcome(job, succeeded=True, return_value=0) for job in claimed])
+        worker.completer.flush()
     finally:
         task_finished.disconnect(on_finished)
         worker.pool.shutdown()
@@ -333,8 +333,8 @@ def test_database_back_off_stays_within_a_quarter_lease_so_heartbeats_keep_lease
         raise OperationalError("server closed the connection unexpectedly")
 
     for _ in range(8):  # the pauses would grow to 10 s
-        worker._db_ok_after = 0.0
-        assert worker._db(unreachable) is None
+        worker.db.ok_after = 0.0
+        assert worker.db.run(unreachable) is None
     pauses = [float(r.getMessage().split("retrying in ")[1].split()[0]) for r in caplog.records
               if "retrying in" in r.getMessage()]  # fmt: skip
     assert pauses == [0.5] + [1.0] * 7  # never more than a quarter of the 4 s lease

@@ -58,6 +58,10 @@ class Waker(ABC):
         """True when the channel is down for now and will be tried again."""
         return False
 
+    #: True when taking a signal takes it from every other worker (one Redis marker wakes
+    #: one worker): such a channel is waited on only while the worker has room for work.
+    exclusive: bool = False
+
     @property
     def reports_alive(self) -> bool:
         """True while the waker's own heartbeat keeps the worker's registry row current."""

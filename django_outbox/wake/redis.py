@@ -81,6 +81,7 @@ class RedisSender(Sender):
 
 class RedisWaker(Waker):
     name = "redis"
+    exclusive = True
 
     def __init__(self, queues: list[str], stop: threading.Event, using: str = "default") -> None:
         super().__init__(queues, stop)

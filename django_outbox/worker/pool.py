@@ -8,7 +8,6 @@ than claiming and completing them did.
 from __future__ import annotations
 
 import logging
-import queue
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ from django.db import connections
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.worker.executor import execute
+from django_outbox.worker.inbox import Inbox
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -37,13 +37,13 @@ class Abandoned:
 class Pool:
     """Runs jobs on ``concurrency`` threads; jobs submitted beyond that wait their turn.
 
-    Outcomes are handed back through a queue, so the loop that owns the database
-    connection writes them in batches.
+    Outcomes are handed back through the worker's inbox, so the loop that owns the
+    database connection writes them in batches.
     """
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, inbox: Inbox) -> None:
         self.concurrency = concurrency
-        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self.inbox = inbox
         self._lock = threading.Lock()
         #: Signalled when a job is queued or the pool closes.
         self._work = threading.Condition(self._lock)
@@ -114,22 +114,13 @@ class Pool:
         # the worker may claim at once. A race between threads here loses one sample.
         average = self.average_run_seconds
         self.average_run_seconds = ran if average is None else average + (ran - average) / 10
-        self._outcomes.put(outcome)
+        self.inbox.put_outcome(outcome)
 
-    def outcomes(self, timeout: float) -> list[Outcome]:
-        """Outcomes ready now; waits up to ``timeout`` seconds for the first one."""
-        try:
-            first = (
-                self._outcomes.get(timeout=timeout) if timeout > 0 else self._outcomes.get_nowait()
-            )
-        except queue.Empty:
+    def accept(self, ready: list[Outcome]) -> list[Outcome]:
+        """Take back the runs in ``ready`` (from the inbox): they are no longer in flight.
+        Returns them less those given up on at their timeout, whose late result is dropped."""
+        if not ready:
             return []
-        ready = [first]
-        while True:
-            try:
-                ready.append(self._outcomes.get_nowait())
-            except queue.Empty:
-                break
         kept = []
         with self._lock:
             for outcome in ready:

@@ -20,8 +20,6 @@ from typing import Any
 
 from django.db import connections
 
-from django_outbox.wake import notify
-
 logger = logging.getLogger("django_outbox.worker")
 
 #: A child that dies sooner than this after starting counts as crashing.
