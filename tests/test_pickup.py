@@ -35,6 +35,7 @@ from django.db import transaction
 from tests import tasks
 count, gap, burst, in_transaction, queue = json.loads(sys.argv[1])
 task = tasks.record_run.using(queue_name=queue)
+start = time.time()
 for n in range(count):
     if in_transaction:
         with transaction.atomic():
@@ -44,8 +45,8 @@ for n in range(count):
     print(json.dumps([f"job-{n}", time.time()]), flush=True)
     if burst and (n + 1) % burst == 0:
         time.sleep(0.3)
-    elif not burst:
-        time.sleep(gap)
+    elif not burst:  # on a fixed beat, as a steady stream of requests would be
+        time.sleep(max(0.0, start + (n + 1) * gap - time.time()))
 """
 
 
