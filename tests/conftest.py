@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_outbox.wake import notify
 from django_outbox.worker import Worker
 from django_outbox.worker.loop import WorkerStats
 from tests.factories import JobFactory, WorkerFactory

@@ -8,6 +8,7 @@ up as 30 s. The tight latency targets live in `outbox_bench latency`, not here.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -141,7 +142,7 @@ def test_a_freed_slot_of_a_limited_queue_is_taken_at_once(start_worker, mode):
         wait_until(lambda w=worker: f"wake-ups: {mode}" in w.log(), timeout=20, what="workers")
     enqueue_elsewhere(mode, count=8, queue="limited", seconds=0.2)
     done = runs(8)
-    for before, after in zip(done, done[1:], strict=False):
+    for before, after in itertools.pairwise(done):
         assert before.finished <= after.started, "the limit of 1 was broken"
         assert after.started - before.finished < PROMPT, [
             (r.started, r.finished, r.worker) for r in done
