@@ -19,7 +19,7 @@ from django_outbox.jobs import backoff
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.expressions import remove_last_sql
 from django_outbox.jobs.returning import column
-from django_outbox.jobs.rowvalues import among, per_row
+from django_outbox.jobs.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
 from django_outbox.models import Job, JobStatus
 
 
@@ -174,18 +174,31 @@ def _hold_back(worker_id: str, held: list[Outcome]) -> int:
     return _update(worker_id, held, values)
 
 
+@dataclass(frozen=True, slots=True)
+class PerJob:
+    """Each listed job's own value of a column (``kind``: datetime, json, int or text);
+    the outcomes' jobs not listed get NULL."""
+
+    pairs: list[tuple[int, Any]]
+    kind: str
+
+
 def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> int:
     """One UPDATE of the outcomes' jobs, written out rather than built by the ORM (see
-    claim.py): each value is a constant, None, or a per-row CASE.
+    claim.py): each value is a constant, None, SQL (RawSQL), or each job's own (PerJob).
 
     Only jobs still running under ``worker_id`` at the run's attempt change: a late result
     of an earlier run of a job that this same worker claimed again must not land on the
     new run, nor a result on a job another worker took back."""
     connection = connections[router.db_for_write(Job)]
+    if connection.vendor == "postgresql":
+        return _update_joined(connection, worker_id, outcomes, values)
     quote = connection.ops.quote_name
     assignments: list[str] = []
     params: list[Any] = []
     for name, value in values.items():
+        if isinstance(value, PerJob):
+            value = per_row(connection.alias, value.pairs, value.kind)
         name_sql = quote(column(Job, name))
         if isinstance(value, RawSQL):
             assignments.append(f"{name_sql} = {value.sql}")
@@ -196,7 +209,7 @@ def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> 
             assignments.append(f"{name_sql} = %s")
             params.append(str(value))
     ids, ids_params = among(connection.alias, "id", [o.job.id for o in outcomes])
-    attempts = _per_job(outcomes, lambda o: o.job.attempts, "int")
+    attempts = per_row(connection.alias, [(o.job.id, o.job.attempts) for o in outcomes], "int")
     sql = (
         f"UPDATE {quote(Job._meta.db_table)} SET {', '.join(assignments)} "
         f"WHERE status = '{JobStatus.RUNNING.value}' AND worker_id = %s "
@@ -208,6 +221,53 @@ def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> 
     return count
 
 
-def _per_job(outcomes: list[Outcome], value: Any, kind: str) -> RawSQL:
-    """Each outcome's ``value`` for its job's row, in one CASE."""
-    return per_row(router.db_for_write(Job), [(o.job.id, value(o)) for o in outcomes], kind)
+def _update_joined(
+    connection: Any, worker_id: str, outcomes: list[Outcome], values: dict[str, Any]
+) -> int:
+    """PostgreSQL: the per-job values as a table (``unnest`` of one array per column) joined
+    to the jobs by id, which costs the server a hash join; finding each row's value in the
+    arrays by position cost it a scan of the keys per row and column (3 ms against 8-16 ms
+    for 500 jobs)."""
+    quote = connection.ops.quote_name
+    table = quote(Job._meta.db_table)
+    ids = [o.job.id for o in outcomes]
+    arrays: list[Any] = [array_literal(ids), array_literal([o.job.attempts for o in outcomes])]
+    types, names = ["bigint", "integer"], ["_id", "_attempts"]
+    assignments: list[str] = []
+    params: list[Any] = []
+    for name, value in values.items():
+        name_sql = quote(column(Job, name))
+        if isinstance(value, PerJob):
+            by_id = dict(value.pairs)
+            array, element = postgres_array(
+                connection.alias, [by_id.get(pk, NO_VALUE) for pk in ids], value.kind
+            )
+            alias = f"_v{len(names)}"
+            arrays.append(array)
+            types.append(element)
+            names.append(alias)
+            assignments.append(f"{name_sql} = v.{alias}")
+        elif isinstance(value, RawSQL):
+            assignments.append(f"{name_sql} = {value.sql}")
+            params += value.params
+        elif value is None:
+            assignments.append(f"{name_sql} = NULL")
+        else:
+            assignments.append(f"{name_sql} = %s")
+            params.append(str(value))
+    unnest = ", ".join(f"%s::{element}[]" for element in types)
+    sql = (
+        f"UPDATE {table} SET {', '.join(assignments)} "
+        f"FROM unnest({unnest}) AS v({', '.join(names)}) "
+        f"WHERE {table}.id = v._id AND {table}.attempts = v._attempts "
+        f"AND {table}.status = '{JobStatus.RUNNING.value}' AND {table}.worker_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *arrays, worker_id])
+        count: int = cursor.rowcount
+    return count
+
+
+def _per_job(outcomes: list[Outcome], value: Any, kind: str) -> PerJob:
+    """Each outcome's ``value`` for its job's row."""
+    return PerJob([(o.job.id, value(o)) for o in outcomes], kind)

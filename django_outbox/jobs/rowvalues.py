@@ -42,20 +42,10 @@ def per_row(
     """
     connection = connections[using]
     ops = connection.ops
-    adapt: Any = {
-        "datetime": ops.adapt_datetimefield_value,
-        "json": lambda value: ops.adapt_json_value(value, None),
-        "int": int,
-        "text": str,
-    }[kind]
     key = ops.quote_name("id")
     if connection.vendor == "postgresql":
         keys = array_literal([pk for pk, _value in pairs])
-        # None stays SQL NULL, except in JSON, where it is the JSON null, as the ORM has it.
-        values: Any = [adapt(v) if v is not None or kind == "json" else None for _pk, v in pairs]
-        if kind in ("int", "datetime"):
-            values = array_literal(values)
-        cast = _POSTGRES_CAST[kind]
+        values, cast = postgres_array(using, [value for _pk, value in pairs], kind)
         lookup = f"(%s::{cast}[])[array_position(%s::bigint[], {key})]"
         if default is None:
             return RawSQL(lookup, [values, keys], output_field=_OUTPUT[kind]())
@@ -64,10 +54,39 @@ def per_row(
             [keys, values, keys],
             output_field=_OUTPUT[kind](),
         )
+    adapt = _adapter(using, kind)
     whens = " ".join(["WHEN %s THEN %s"] * len(pairs))
     params = [param for pk, value in pairs for param in (pk, adapt(value))]
     otherwise = f" ELSE {ops.quote_name(default)}" if default else ""
     return RawSQL(f"CASE {key} {whens}{otherwise} END", params, output_field=_OUTPUT[kind]())
+
+
+#: Marks a row with no value of its own in postgres_array(): SQL NULL, even in JSON.
+NO_VALUE: Any = object()
+
+
+def postgres_array(using: str, values: Sequence[Any], kind: str) -> tuple[Any, str]:
+    """``values`` as one PostgreSQL array parameter, and the array's element type.
+
+    None stays SQL NULL, except in JSON, where it is the JSON null, as the ORM has it;
+    NO_VALUE is SQL NULL in every kind."""
+    adapt = _adapter(using, kind)
+    adapted: Any = [
+        None if v is NO_VALUE or (v is None and kind != "json") else adapt(v) for v in values
+    ]
+    if kind in ("int", "datetime"):
+        adapted = array_literal(adapted)
+    return adapted, _POSTGRES_CAST[kind]
+
+
+def _adapter(using: str, kind: str) -> Any:
+    ops = connections[using].ops
+    return {
+        "datetime": ops.adapt_datetimefield_value,
+        "json": lambda value: ops.adapt_json_value(value, None),
+        "int": int,
+        "text": str,
+    }[kind]
 
 
 def among(using: str, column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import connections
+from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from django_outbox import telemetry
@@ -72,6 +74,15 @@ def claimed_job_result(
     )
 
 
+#: Per thread: whether it ever opened a database connection (most quick jobs do not).
+_opened = threading.local()
+
+
+@receiver(connection_created)
+def _note_connection(**kwargs: Any) -> None:
+    _opened.any = True
+
+
 def tidy_connections() -> None:
     """Keep this thread's database connections between jobs, unless one is broken.
 
@@ -80,6 +91,8 @@ def tidy_connections() -> None:
     jobs. A connection that saw an error and no longer answers, or that a job left
     outside autocommit, is closed so the next job starts clean.
     """
+    if not getattr(_opened, "any", False):
+        return  # nothing to tidy, and looking costs a quick job more than its run
     for conn in connections.all(initialized_only=True):
         if conn.connection is None:
             continue
