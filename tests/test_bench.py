@@ -63,7 +63,10 @@ def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys,
 
 
 def test_latency_and_idle_run_and_print_a_row_per_mode(capsys):
-    call_command("outbox_bench", "latency", "--jobs", "10", "--gap-ms", "10", "--modes", "poll")
+    call_command(
+        "outbox_bench", "latency", "--in-process", "--jobs", "10", "--gap-ms", "10",
+        "--modes", "poll",
+    )  # fmt: skip
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.strip().startswith("poll"))
     p50, p95, p99, worst = (float(x) for x in row.split()[1:])
@@ -248,8 +251,8 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
     from django.db import connection
 
     call_command(
-        "outbox_bench", "latency", "--jobs", "5", "--gap-ms", "20", "--modes", "poll", "--peers",
-        "--json", str(tmp_path / "latency.json"),
+        "outbox_bench", "latency", "--in-process", "--jobs", "5", "--gap-ms", "20", "--modes",
+        "poll", "--peers", "--json", str(tmp_path / "latency.json"),
     )  # fmt: skip
     out = capsys.readouterr().out
     measured = ["celery"]
@@ -302,4 +305,192 @@ def test_peer_jobs_must_be_a_positive_number():
 
     with pytest.raises(CommandError, match="--peer-jobs"):
         call_command("outbox_bench", "drain", "--peers", "--peer-jobs", "0")
+    assert not Job.objects.exists()
+
+
+# -- latency and limited: runworker processes started as a user starts them ------------------
+#
+# Small runs: they check that the workers are started and stopped, that the figures are
+# there and add up, and that bad options are refused; never how fast anything is.
+
+
+def _bench_json(path):
+    return json.loads(path.read_text())["figures"]
+
+
+def _gone(pid):
+    """Whether process ``pid`` has exited (and was reaped)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _shim_checkout(directory):
+    """A "checkout" whose manage.py runs this project's, and notes each start."""
+    from tests.conftest import ROOT
+
+    (directory / "manage.py").write_text(
+        "import os, runpy, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        f"with open({str(directory / 'started')!r}, 'a') as log:\n"
+        "    log.write(f'{os.getpid()} {os.getcwd()}\\n')\n"
+        f"runpy.run_path({str(ROOT / 'manage.py')!r}, run_name='__main__')\n"
+    )
+    return directory
+
+
+def test_latency_starts_runworker_processes_for_each_pattern_and_stops_them(capsys, tmp_path):
+    from tests.conftest import ROOT
+
+    checkout = _shim_checkout(tmp_path)
+    out_file = tmp_path / "latency.json"
+    call_command(
+        "outbox_bench", "latency", "--jobs", "6", "--gap-ms", "20", "--wake", "poll",
+        "--concurrency", "1,2", "--settle", "0.2", "--worker-dir", str(checkout),
+        "--enqueuer-dir", str(ROOT),
+        "--json", str(out_file),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    rows = _bench_json(out_file)["modes"]
+    assert [(r["wake"], r["concurrency"], r["enqueue"]) for r in rows] == [
+        ("poll", 1, "autocommit"),
+        ("poll", 2, "autocommit"),
+    ]
+    for row in rows:
+        assert row["system"] == "django_outbox"
+        assert (row["ran"], row["not_run"], row["jobs"]) == (6, 0, 6), out
+        assert 0 <= row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] <= row["max_ms"]
+        assert 0 <= row["over_1s"] <= 6
+        # One runworker process per row, started from the checkout given, as a user starts
+        # it, that said which wake-ups it uses and exited on SIGTERM.
+        assert row["worker_dir"] == str(checkout)
+        assert row["worker_argv"][:3] == ["manage.py", "runworker", "--concurrency"]
+        assert row["worker_argv"][3] == str(row["concurrency"])
+        assert row["worker_wakes"] == ["poll"] and row["worker_exit_codes"] == [0]
+        (pid,) = row["worker_pids"]
+        assert _gone(pid)
+        assert f"runworker pid {pid}: started (wake-ups: poll), stopped by SIGTERM, exit 0" in out
+        line = next(
+            line
+            for line in out.splitlines()
+            if re.match(rf"  poll\s+1x{row['concurrency']} ", line)
+        )
+        cells = line.split()
+        assert [float(x) for x in cells[3:7]] == [
+            pytest.approx(row[k], abs=0.06) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")
+        ]
+        assert (int(cells[7]), int(cells[8])) == (row["over_1s"], 0)
+    started = (checkout / "started").read_text().splitlines()
+    assert sorted(int(line.split()[0]) for line in started) == sorted(
+        pid for row in rows for pid in row["worker_pids"]
+    )
+    assert all(line.split()[1] == str(checkout) for line in started)
+    assert not Job.objects.exists()  # the benchmark cleans up after itself
+
+
+def test_latency_bursts_in_transactions_with_redis_wake_ups_and_the_ceiling(capsys, tmp_path):
+    from django.db import connection
+
+    out_file = tmp_path / "latency.json"
+    call_command(
+        "outbox_bench", "latency", "--jobs", "6", "--burst", "3", "--gap-ms", "100",
+        "--in-transaction", "--wake", "redis", "--settle", "0.2", "--ceiling",
+        "--json", str(out_file),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "6 jobs per row, bursts of 3 every 100 ms" in out
+    figures = _bench_json(out_file)
+    ours = [row for row in figures["modes"] if row["system"] == "django_outbox"]
+    assert [(r["wake"], r["enqueue"], r["burst"]) for r in ours] == [("redis", "atomic", 3)]
+    assert (ours[0]["ran"], ours[0]["not_run"]) == (6, 0), out
+    assert ours[0]["worker_wakes"] == ["redis"] and ours[0]["worker_exit_codes"] == [0]
+    assert ours[0]["worker_dir"] == ours[0]["enqueuer_dir"]  # this checkout, both
+    assert re.search(r"  redis\s+1x1\s+atomic\s+[\d.]+", out)
+    if connection.vendor != "postgresql":
+        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only, not sqlite", out)
+        return
+    (ceiling,) = [row for row in figures["modes"] if row["system"] == "raw-SQL ceiling"]
+    assert (ceiling["ran"], ceiling["not_run"], ceiling["enqueue"]) == (6, 0, "atomic")
+    (ratio,) = figures["ceiling_ratios"]
+    assert ratio["p50"] == pytest.approx(ours[0]["p50_ms"] / ceiling["p50_ms"])
+    assert f"redis / ceiling: p50 {ratio['p50']:.1f}x, p99 {ratio['p99']:.1f}x" in out
+    with connection.cursor() as cursor:  # the ceiling's table is gone after the run
+        cursor.execute("SELECT to_regclass('outbox_bench_pickup_ceiling')")
+        assert cursor.fetchone()[0] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--burst", "0"], "--burst: must be at least 1"),
+        (["--concurrency", "1,x"], "--concurrency: a comma-separated list of thread counts"),
+        (["--concurrency", "0"], "--concurrency: thread counts must be at least 1"),
+        (["--enqueue", "later"], "--enqueue: how jobs are enqueued: autocommit or atomic"),
+        (["--gap-ms", "-5"], "--gap-ms: must be 0 or more"),
+        (["--deadline", "0"], "--deadline: must be a number of seconds above 0"),
+        (["--settle", "soon"], "--settle: expected a number of seconds"),
+        (["--worker-dir", "/nonexistent"], "--worker-dir: /nonexistent has no manage.py"),
+        (["--wake", "carrier-pigeon"], "wake mode.s. carrier-pigeon not available here"),
+        (
+            ["--in-process", "--burst", "5"],
+            "--in-process measures the earlier pattern only.*--burst",
+        ),
+        (
+            ["--in-process", "--concurrency", "4", "--in-transaction"],
+            "--concurrency, --in-transaction measure runworker processes",
+        ),
+    ],
+)
+def test_latency_refuses_bad_options_before_starting_anything(args, says):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=says):
+        call_command("outbox_bench", "latency", *args)
+    assert not Job.objects.exists()
+
+
+def test_limited_drains_a_limited_queue_with_runworker_processes(capsys, tmp_path, monkeypatch):
+    # Not what users run (30 s): a freed place that waits for a stalled check waits 1 s here.
+    monkeypatch.setenv("OUTBOX_TEST_STALLED_CHECK_SECONDS", "1")
+    out_file = tmp_path / "limited.json"
+    call_command(
+        "outbox_bench", "limited", "--jobs", "4", "--job-seconds", "0.1", "--workers", "2",
+        "--concurrency", "2", "--settle", "0.2", "--json", str(out_file),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    f = _bench_json(out_file)["limited"]
+    assert (f["ran"], f["not_run"], f["limit"], f["queue"]) == (4, 0, 1, "reports"), out
+    # Two workers of two threads: only the limit, which reached them through
+    # OUTBOX["QUEUES"], kept the runs one at a time.
+    assert f["max_running"] == 1
+    assert "most running at once  1 (limit 1)" in out
+    assert f["gaps"] == 3 and 0 <= f["gap_p50_ms"] <= f["gap_p99_ms"] <= f["gap_max_ms"]
+    assert f["ideal_seconds"] == pytest.approx(0.4)
+    assert f["drain_seconds"] >= 0.4 and f["ratio"] == pytest.approx(0.4 / f["drain_seconds"])
+    assert f"{f['ratio']:.0%} of it (target 90%)" in out
+    assert len(f["worker_pids"]) == 2 and f["worker_exit_codes"] == [0, 0]
+    assert all(_gone(pid) for pid in f["worker_pids"])
+    assert "manage.py runworker --concurrency 2 --queues reports" in out
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--limit", "0"], "--limit: must be at least 1"),
+        (["--job-seconds", "0"], "--job-seconds: must be a number of seconds above 0"),
+        (["--job-seconds", "61"], "--job-seconds: must be at most 60 seconds"),
+        (["--wake", "poll,redis"], "limited takes one wake mode, not poll, redis"),
+        (["--plot", "charts"], "unrecognized arguments: --plot"),
+    ],
+)
+def test_limited_refuses_bad_options_before_starting_anything(args, says):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=says):
+        call_command("outbox_bench", "limited", *args)
     assert not Job.objects.exists()

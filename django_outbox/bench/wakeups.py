@@ -2,6 +2,8 @@
 
 Workers run in threads of this process, so each wake mode can be set for both sides (the
 enqueueing code and the worker) with override_settings; each counts its own statements.
+Pickup measured this way is ``outbox_bench latency --in-process``; ``latency`` itself
+measures runworker processes as a user starts them (``latency.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.test.utils import override_settings
 
 from django_outbox.bench import pgstats
 from django_outbox.bench.peers.base import percentiles
+from django_outbox.bench.workerside.outbox_bench_enqueue import result_pk
 from django_outbox.models import Job
 from django_outbox.wake import redis_configured
 from django_outbox.worker import Worker
@@ -90,7 +93,7 @@ def latency(
         task = noop.using(queue_name=queue)
         ids = []
         for _ in range(jobs):
-            ids.append(int(task.enqueue().id))
+            ids.append(result_pk(task.enqueue().id))
             time.sleep(gap)
         deadline = time.monotonic() + 30
         while bench_jobs.filter(started_at__isnull=True).exists() and time.monotonic() < deadline:

@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.test.utils import override_settings
 
-from django_outbox.bench import ceiling, wakeups
+from django_outbox.bench import ceiling, runworker_report, wakeups
 from django_outbox.bench.drain import DrainFigures, drain
 from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
@@ -78,15 +78,12 @@ class Command(BaseCommand):
             "on a shared machine varies by a third from one run to the next.",
         )
         latency_parser = workloads.add_parser(
-            "latency", parents=[common], help="Pickup latency of one idle worker, per wake mode."
+            "latency",
+            parents=[common],
+            help="Pickup latency of idle runworker processes, per wake mode and pattern.",
         )
-        latency_parser.add_argument("--jobs", type=positive_int, default=200)
-        latency_parser.add_argument("--gap-ms", type=positive_int, default=50)
-        latency_parser.add_argument("--modes", default="", help="Comma-separated; default: all.")
-        latency_parser.add_argument("--queue", default="default")
-        latency_parser.add_argument(
-            "--peers", action="store_true", help="Also measure the installed peers."
-        )
+        runworker_report.add_latency_arguments(latency_parser)
+        runworker_report.add_limited_parser(workloads)
         idle_parser = workloads.add_parser(
             "idle", parents=[common], help="Statements per second of idle workers, per wake mode."
         )
@@ -203,6 +200,8 @@ class Command(BaseCommand):
             return self.webhooks(options)
         if options["workload"] == "latency":
             return self.latency(options)
+        if options["workload"] == "limited":
+            return self.limited(options)
         if options["workload"] == "idle":
             return self.idle(options)
         if options["workload"] == "dashboard":
@@ -463,9 +462,17 @@ class Command(BaseCommand):
         return asked
 
     def latency(self, options: dict[str, Any]) -> None:
+        if options["in_process"]:
+            return self.latency_in_process(options)
+        runworker_report.latency(self, options, self.modes(options))
+
+    def latency_in_process(self, options: dict[str, Any]) -> None:
+        """The measurement the figures up to 2026-12-03 were taken with: one worker on a
+        thread of this process, pickup from the job's enqueued_at to its claim."""
+        runworker_report.check_in_process(options)
         self.stdout.write(
             f"outbox_bench latency: {options['jobs']} jobs, {options['gap_ms']} ms apart, "
-            f"one idle worker, {connection.vendor}"
+            f"one idle worker on a thread of this process (--in-process), {connection.vendor}"
         )
         columns = "".join(f"{name:>10}" for name in ("p50 ms", "p95 ms", "p99 ms", "max ms"))
         self.stdout.write(f"  {'wake / peer':<16}{columns}")
@@ -482,6 +489,9 @@ class Command(BaseCommand):
             else:
                 cells = "".join(f"{v:>10.1f}" for v in (p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms))
             self.stdout.write(f"  {name:<16}{cells}")
+
+    def limited(self, options: dict[str, Any]) -> None:
+        runworker_report.limited(self, options, self.modes(options) if options["modes"] else [])
 
     def idle(self, options: dict[str, Any]) -> None:
         self.stdout.write(
