@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_outbox.bench.workerside.outbox_bench_enqueue import result_pk
 from django_outbox.compat import task
 
 
@@ -41,7 +42,7 @@ def _hold_the_row(job_id: int, hold_ms: float) -> None:
 @task(takes_context=True, max_attempts=1000, backoff_base=0.01, backoff_cap=1.0)  # type: ignore[call-overload]
 def contend_with_jitter(context: Any, hold_ms: float) -> None:
     """Retries on conflict with the engine's full-jitter backoff."""
-    _hold_the_row(int(context.task_result.id), hold_ms)
+    _hold_the_row(result_pk(context.task_result.id), hold_ms)
 
 
 @task(takes_context=True, max_attempts=1000)  # type: ignore[call-overload]
@@ -54,7 +55,7 @@ def contend_on_a_ladder(context: Any, hold_ms: float) -> None:
     from django_outbox.exceptions import RetryAt
 
     try:
-        _hold_the_row(int(context.task_result.id), hold_ms)
+        _hold_the_row(result_pk(context.task_result.id), hold_ms)
     except Contended as exc:
         delay = min(1.0, 0.01 * 2 ** (context.attempt - 1))
         raise RetryAt(timezone.now() + timedelta(seconds=delay), str(exc)) from exc
