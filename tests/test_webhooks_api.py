@@ -11,6 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_outbox import webhooks
+from django_outbox.jobs.resultids import TOKEN_MAX
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, JobStatus, Message
 from django_outbox.webhooks import fanout
 
@@ -98,6 +99,15 @@ def test_send_fans_out_to_matching_endpoints_of_the_tenant_with_one_job_each():
     deliveries = {d.pk for d in Delivery.objects.filter(message=message)}
     assert sorted(j.args[0] for j in jobs) == sorted(deliveries)
     assert {j.dedup_key for j in jobs} == {f"{fanout.DEDUP_PREFIX}{d}" for d in deliveries}
+
+
+def test_each_job_of_a_fan_out_gets_a_random_token_of_its_own():
+    endpoints(20)
+    message = webhooks.send("invoice.paid", {"id": 1})
+    keys = [f"{fanout.DEDUP_PREFIX}{pk}" for pk in message.deliveries.values_list("pk", flat=True)]
+    tokens = list(Job.objects.filter(dedup_key__in=keys).values_list("token", flat=True))
+    assert len(tokens) == 20 and all(1 <= token <= TOKEN_MAX for token in tokens)
+    assert len(set(tokens)) > 15  # drawn per row by the INSERT … SELECT
 
 
 def test_the_body_is_a_standard_webhooks_envelope_stored_as_sent():

@@ -35,6 +35,7 @@ logger = logging.getLogger("django_outbox.worker")
 #: The claim's RETURNING columns: ClaimedJob's fields, in the same order.
 RETURNED_FIELDS = (
     "id",
+    "token",
     "backend",
     "queue",
     "task_path",
@@ -60,6 +61,8 @@ class ClaimedJob:
     """What a worker needs to run a job and record its outcome, without another query."""
 
     id: int
+    #: With ``id``, the job's result id (jobs/resultids.py).
+    token: int
     backend: str
     queue: str
     task_path: str

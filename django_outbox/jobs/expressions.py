@@ -11,6 +11,8 @@ from typing import Any
 from django.db import NotSupportedError
 from django.db.models import F, Func, JSONField, Value
 
+from django_outbox.jobs.resultids import TOKEN_MAX
+
 
 class _JSONArrayFunc(Func):
     output_field = JSONField()
@@ -61,3 +63,15 @@ def remove_last_sql(vendor: str, column: str) -> str:
     if vendor == "sqlite":
         return f"json_remove({column}, '$[#-1]')"
     raise NotSupportedError("JSONRemoveLast supports PostgreSQL and SQLite only.")
+
+
+def random_token_sql(vendor: str) -> str:
+    """SQL for a new job row's token, drawn for each row as ``resultids.new_token()`` draws
+    it in Python (1 … TOKEN_MAX); for statements that write job rows without Python seeing
+    each one. Written for a statement run with parameters (``%`` doubled)."""
+    if vendor == "postgresql":
+        return f"(1 + floor(random() * {TOKEN_MAX}))::integer"
+    if vendor == "sqlite":
+        # random() is a signed 64-bit integer; the remainder keeps abs() from overflowing.
+        return f"(abs(random() %% {TOKEN_MAX}) + 1)"
+    raise NotSupportedError("random_token_sql supports PostgreSQL and SQLite only.")

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.compat import TaskResultStatus
+from django_outbox.jobs.resultids import new_token, parse_result_id
 
 
 class JobStatus(models.TextChoices):
@@ -53,9 +54,24 @@ class JobQuerySet(models.QuerySet["Job"]):
     def expired_leases(self, now: datetime) -> JobQuerySet:
         return self.filter(status=JobStatus.RUNNING, lease_until__lt=now)
 
+    def for_result(self, result_id: str) -> JobQuerySet:
+        """The job that ``result_id`` (a ``TaskResult.id``) names: none when the id is
+        malformed, or names a job that no longer exists or never committed."""
+        try:
+            pk, token = parse_result_id(result_id)
+        except ValueError:
+            return self.none()
+        return self.filter(pk=pk, token=token)
+
 
 class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
+    #: Drawn at random for each row written (0 in rows stored before it existed). The
+    #: result id is the primary key and this (jobs/resultids.py): the id of a job whose
+    #: enqueue rolled back names nothing, not the job that was given its primary key next.
+    #: Not indexed: only compared once the row is found by its key. On PostgreSQL it is the
+    #: table's last column (migration 0008), outside the runs a claim and a completion write.
+    token = models.IntegerField(default=new_token, editable=False)
     backend = models.CharField(max_length=100, default="default")
     queue = models.CharField(max_length=100, default="default")
     task_path = models.CharField(max_length=255)

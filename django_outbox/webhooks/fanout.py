@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import NotSupportedError, connections
 
+from django_outbox.jobs.expressions import random_token_sql
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, JobStatus
 
 #: The job of a delivery carries this dedup key, so a delivery has one active job at most.
@@ -84,7 +85,8 @@ def insert_jobs(
     max_attempts: int,
     endpoint_ids: Sequence[int] | None = None,
 ) -> int:
-    """One queued job per pending delivery of the message that has no active job."""
+    """One queued job per pending delivery of the message that has no active job, each
+    with a token of its own (its result id's)."""
     connection = connections[using]
     vendor = _vendor(using)
     quote = connection.ops.quote_name
@@ -113,9 +115,9 @@ def insert_jobs(
     sql = (
         f"INSERT INTO {job_table} (backend, queue, task_path, args, kwargs, priority, status, "
         "run_at, attempts, max_attempts, backoff_base, backoff_cap, worker_ids, dedup_key, "
-        "errors, enqueued_at) "
+        "errors, enqueued_at, token) "
         f"SELECT %s, %s, %s, {_JOB_ARGS[vendor]}, {json}, 0, %s, %s, 0, %s, 1, 3600, {json}, "
-        f"%s || CAST(d.id AS TEXT), {json}, %s "
+        f"%s || CAST(d.id AS TEXT), {json}, %s, {random_token_sql(vendor)} "
         f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
         f"{only} AND NOT EXISTS (SELECT 1 FROM {job_table} j "
         "WHERE j.dedup_key = %s || CAST(d.id AS TEXT) AND j.status IN (%s, %s))"
