@@ -30,7 +30,8 @@ def enqueue_many(
 
 
 def cancel(job: TaskResult | int | str) -> str:
-    """Cancel a job, given its TaskResult or id.
+    """Cancel a job, given its TaskResult, its result id (``TaskResult.id``) or its primary
+    key (an int, as the admin shows it).
 
     A queued job is cancelled and never runs: returns "cancelled". A running job is asked to
     stop (its task sees ``context.cancelled()`` after the worker's next heartbeat): returns

@@ -109,13 +109,22 @@ class OutboxBackend(BaseTaskBackend):
         return enqueue.enqueue_many(task, calls)
 
     def get_result(self, result_id: str) -> TaskResult:
+        from django_outbox.jobs.resultids import parse_result_id
         from django_outbox.jobs.results import to_task_result
         from django_outbox.models import Job
 
         try:
-            job = Job.objects.get(pk=int(result_id), backend=self.alias)
-        except (ValueError, TypeError, Job.DoesNotExist):
-            raise TaskResultDoesNotExist(result_id) from None
+            pk, token = parse_result_id(result_id)
+        except ValueError as exc:
+            raise TaskResultDoesNotExist(str(exc)) from None
+        # The token tells the job apart from one that was given the same primary key
+        # after this one's enqueue rolled back.
+        job = Job.objects.filter(pk=pk, token=token, backend=self.alias).first()
+        if job is None:
+            raise TaskResultDoesNotExist(
+                f"No job has the result id {result_id!r}: its enqueue rolled back, or the "
+                "job was deleted since."
+            )
         return to_task_result(job)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:

@@ -103,10 +103,10 @@ def enqueued(task_path: str, queue: str, count: int = 1) -> None:
 
 
 def run_span(
-    task_path: str, queue: str, job_id: int, attempt: int, carrier: dict[str, str] | None
+    task_path: str, queue: str, result_id: str, attempt: int, carrier: dict[str, str] | None
 ) -> AbstractContextManager[Any]:
-    """Around one run of a job: a span in the trace its enqueue started (a root span for a
-    job enqueued without one)."""
+    """Around one run of a job (``result_id``: its ``TaskResult.id``): a span in the trace
+    its enqueue started (a root span for a job enqueued without one)."""
     if not tracing():
         return nullcontext()
     parent = propagate.extract(carrier) if carrier else otel_context.Context()
@@ -118,7 +118,7 @@ def run_span(
             "messaging.system": "django_outbox",
             "messaging.operation.type": "process",
             "messaging.destination.name": queue,
-            "messaging.message.id": str(job_id),
+            "messaging.message.id": str(result_id),
             "outbox.task": task_path,
             "outbox.attempt": attempt,
         },

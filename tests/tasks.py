@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from django_outbox.compat import TaskContext, task
 from django_outbox.exceptions import RateLimited
+from django_outbox.jobs.resultids import parse_result_id
 from tests.models import Execution, Once
 
 
@@ -83,7 +84,7 @@ def record_once(key: str) -> str:
 def record_run(context: TaskContext, key: str, seconds: float = 0.0) -> str:
     """Record the start of this run, sleep, record its end."""
     execution = Execution.objects.create(
-        job_id=int(context.task_result.id),
+        job_id=parse_result_id(context.task_result.id).pk,
         attempt=context.attempt,
         worker=context.task_result.worker_ids[-1],
         key=key,
@@ -115,7 +116,7 @@ def stops_when_told(context: TaskContext, seconds: float) -> str:
     """Works in small steps for up to ``seconds``, stopping early once cancelled; records
     in its Execution row's key whether it was told to stop."""
     execution = Execution.objects.create(
-        job_id=int(context.task_result.id),
+        job_id=parse_result_id(context.task_result.id).pk,
         attempt=context.attempt,
         worker=context.task_result.worker_ids[-1],
         started=timezone.now(),
@@ -147,7 +148,7 @@ def email(to: str) -> str:
 def overruns_first_time(context: TaskContext) -> int:
     """The first attempt runs far over its timeout; the second is quick."""
     execution = Execution.objects.create(
-        job_id=int(context.task_result.id),
+        job_id=parse_result_id(context.task_result.id).pk,
         attempt=context.attempt,
         worker=context.task_result.worker_ids[-1],
         key="overrun",

@@ -5,6 +5,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from django_outbox import webhooks
+from django_outbox.jobs.resultids import parse_result_id, result_id
 from django_outbox.models import Delivery, Job, JobStatus, Worker
 from tests import tasks
 
@@ -16,9 +17,26 @@ def test_staff_see_jobs_in_the_admin(admin_client):
     page = admin_client.get("/admin/django_outbox/job/")
     assert page.status_code == 200
     assert "tests.tasks.add" in page.content.decode()
-    detail = admin_client.get(f"/admin/django_outbox/job/{result.id}/change/")
+    pk = parse_result_id(result.id).pk
+    detail = admin_client.get(f"/admin/django_outbox/job/{pk}/change/")
     assert detail.status_code == 200
+    assert result.id in detail.content.decode()  # the result id, as an app would log it
     assert admin_client.get("/admin/django_outbox/worker/").status_code == 200
+
+
+def test_a_result_id_or_a_primary_key_finds_its_job_in_the_admin(admin_client):
+    wanted, other = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
+    pk = parse_result_id(wanted.id).pk
+
+    def found(term: str) -> list[int]:
+        page = admin_client.get("/admin/django_outbox/job/", {"q": term})
+        assert page.status_code == 200
+        return [job.pk for job in page.context["cl"].result_list]
+
+    assert found(wanted.id) == [pk]
+    assert found(str(pk)) == [pk]  # a bare number is a primary key, as before
+    stale = result_id(pk, parse_result_id(other.id).token)  # its key, another job's token
+    assert found(stale) == []
 
 
 def test_the_admin_does_not_offer_to_add_jobs(admin_client):

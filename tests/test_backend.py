@@ -4,9 +4,12 @@ from datetime import datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import transaction
+from django.core.management.color import no_style
+from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+import django_outbox
 from django_outbox.backend import OutboxBackend
 from django_outbox.compat import (
     InvalidTask,
@@ -16,8 +19,11 @@ from django_outbox.compat import (
     task,
     task_backends,
     task_enqueued,
+    task_finished,
+    task_started,
 )
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs.resultids import TOKEN_MAX, parse_result_id, result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.task import OutboxTask
 from tests import tasks
@@ -44,7 +50,7 @@ def test_task_decorator_keywords_reach_the_task():
 
 def test_enqueue_stores_a_queued_job_with_the_tasks_options():
     result = tasks.add.using(priority=5, queue_name="emails").enqueue(2, b=3)
-    job = Job.objects.get(pk=int(result.id))
+    job = Job.objects.for_result(result.id).get()
     assert (job.task_path, job.queue, job.priority, job.status) == (
         "tests.tasks.add",
         "emails",
@@ -59,7 +65,10 @@ def test_enqueue_stores_a_queued_job_with_the_tasks_options():
 def test_per_task_options_and_defaults_are_stored():
     failing = tasks.always_fails.enqueue("x")
     plain = tasks.noop.enqueue()
-    job, plain_job = Job.objects.get(pk=failing.id), Job.objects.get(pk=plain.id)
+    job, plain_job = (
+        Job.objects.for_result(failing.id).get(),
+        Job.objects.for_result(plain.id).get(),
+    )
     assert (job.max_attempts, job.backoff_base, job.backoff_cap) == (3, 0.01, 0.02)
     assert plain_job.max_attempts == 3  # OUTBOX["DEFAULT_MAX_ATTEMPTS"]
     assert plain_job.timeout is None
@@ -76,8 +85,8 @@ def test_run_after_as_datetime_or_delay():
     at = timezone.now() + timedelta(hours=1)
     by_time = tasks.noop.using(run_after=at).enqueue()
     by_delay = tasks.noop.using(run_after=timedelta(minutes=10)).enqueue()
-    assert Job.objects.get(pk=by_time.id).run_at == at
-    delayed = Job.objects.get(pk=by_delay.id).run_at - timezone.now()
+    assert Job.objects.for_result(by_time.id).get().run_at == at
+    delayed = Job.objects.for_result(by_delay.id).get().run_at - timezone.now()
     assert timedelta(minutes=9) < delayed <= timedelta(minutes=10)
 
 
@@ -136,7 +145,7 @@ def test_arguments_json_cannot_hold_are_refused_and_nothing_is_stored(bad):
 
 def test_tuples_arrive_as_lists():
     result = tasks.echo.enqueue((1, 2), pair=("a", "b"))
-    job = Job.objects.get(pk=result.id)
+    job = Job.objects.for_result(result.id).get()
     assert job.args == [[1, 2]] and job.kwargs == {"pair": ["a", "b"]}
 
 
@@ -155,9 +164,114 @@ def test_task_enqueued_signal_is_sent():
 
 
 def test_get_result_of_unknown_ids():
-    for bad in ["999999", "not-a-number", ""]:
+    for bad in ["999999", "999999-1f", "not-a-number", ""]:
         with pytest.raises(TaskResultDoesNotExist):
             default_task_backend.get_result(bad)
+
+
+def _roll_back_then_enqueue_on_its_primary_key(first, second):
+    """Enqueue with ``first`` in a transaction that rolls back, then with ``second``, which
+    is given the rolled-back job's primary key: SQLite hands it out again by itself (its
+    sequence rolls back with the insert); PostgreSQL does once its sequence is reset, as
+    ``manage.py sqlsequencereset`` resets it."""
+    tasks.noop.enqueue()  # kept: the reset sequence resumes after it
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rolled_back = first.enqueue(1, 2)
+        raise RuntimeError("the view failed")
+    with connection.cursor() as cursor:
+        for sql in connection.ops.sequence_reset_sql(no_style(), [Job]):
+            cursor.execute(sql)
+    other = second.enqueue(3, 4)
+    assert parse_result_id(other.id).pk == parse_result_id(rolled_back.id).pk
+    return rolled_back, other
+
+
+def test_a_rolled_back_jobs_id_does_not_name_the_job_given_its_key_next():
+    rolled_back, other = _roll_back_then_enqueue_on_its_primary_key(tasks.add, tasks.echo)
+    # Not TaskResultMismatch: the id names no job at all.
+    with pytest.raises(TaskResultDoesNotExist, match="No job has the result id"):
+        tasks.add.get_result(rolled_back.id)
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(rolled_back.id)
+    assert tasks.echo.get_result(other.id).args == [3, 4]
+
+
+def test_a_rolled_back_jobs_id_never_reads_or_cancels_a_job_of_the_same_task():
+    rolled_back, other = _roll_back_then_enqueue_on_its_primary_key(tasks.add, tasks.add)
+    assert rolled_back.id != other.id
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(rolled_back.id)
+    with pytest.raises(TaskResultDoesNotExist):
+        django_outbox.cancel(rolled_back.id)
+    assert Job.objects.for_result(rolled_back.id).count() == 0
+    kept = tasks.add.get_result(other.id)
+    assert (kept.args, kept.status) == ([3, 4], TaskResultStatus.READY)  # not cancelled
+
+
+def test_every_enqueue_gives_its_job_a_random_token_and_the_id_names_it():
+    results = [
+        tasks.add.enqueue(1, 2),
+        tasks.add.using(unique_key="sum").enqueue(1, 2),
+        tasks.add.using(unique_key="sum").enqueue(1, 2),  # the job holding the key
+        *django_outbox.enqueue_many(tasks.add, [((n, n), {}) for n in range(20)]),
+    ]
+    tokens = set()
+    for result in results:
+        job = Job.objects.for_result(result.id).get()
+        assert 1 <= job.token <= TOKEN_MAX
+        assert result.id == result_id(job.pk, job.token) == f"{job.pk}-{job.token:x}"
+        assert tasks.add.get_result(result.id).id == result.id
+        tokens.add(job.token)
+    assert len(tokens) > 15  # drawn per row: 21 jobs, 31 bits each
+
+
+def test_a_result_id_is_the_same_through_a_worker_run(run_worker):
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.id)
+
+    task_started.connect(receiver)
+    task_finished.connect(receiver)
+    try:
+        result = tasks.report_attempt.enqueue()
+        run_worker()
+    finally:
+        task_started.disconnect(receiver)
+        task_finished.disconnect(receiver)
+    assert seen == [result.id, result.id]  # task_started, task_finished
+    done = tasks.report_attempt.get_result(result.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL
+    assert done.return_value == {"attempt": 1, "id": result.id}  # what the task saw
+
+
+def test_a_job_stored_before_tokens_existed_keeps_its_bare_primary_key_as_id(job_factory):
+    old = job_factory(task_path="tests.tasks.add", token=0)
+    new = job_factory(task_path="tests.tasks.add")
+    assert tasks.add.get_result(str(old.pk)).id == str(old.pk)
+    assert Job.objects.for_result(str(old.pk)).get() == old
+    # A bare primary key names a row without a token only; a token of 0 is never written.
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(str(new.pk))
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(f"{old.pk}-0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_gives_rows_already_stored_token_0():
+    executor = MigrationExecutor(connection)
+    executor.migrate([("django_outbox", "0007_job_trace_context")])
+    try:
+        old_job = executor.loader.project_state(("django_outbox", "0007_job_trace_context"))
+        stored = old_job.apps.get_model("django_outbox", "Job").objects.create(
+            task_path="tests.tasks.add", args=[1, 2]
+        )
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes("django_outbox"))
+    job = Job.objects.get(pk=stored.pk)
+    assert job.token == 0
+    assert tasks.add.get_result(str(job.pk)).args == [1, 2]  # the id it was given before
 
 
 def test_get_result_shows_the_stored_state(job_factory):
@@ -172,7 +286,7 @@ def test_get_result_shows_the_stored_state(job_factory):
             }
         ],
     )
-    result = tasks.add.get_result(str(job.pk))
+    result = tasks.add.get_result(result_id(job.pk, job.token))
     assert result.status == TaskResultStatus.FAILED
     assert result.attempts == 2
     assert result.errors[0].exception_class is ValueError
@@ -239,7 +353,7 @@ def test_stored_results_are_what_task_result_itself_would_build(run_worker, monk
 
     done = tasks.echo.enqueue(1, [2, {"three": 3}], four="4")
     failed = tasks.always_fails.enqueue("no")
-    Job.objects.filter(pk=int(failed.id)).update(max_attempts=1)
+    Job.objects.for_result(failed.id).update(max_attempts=1)
     run_worker()
     fast = [tasks.echo.get_result(done.id), tasks.always_fails.get_result(failed.id)]
     monkeypatch.setattr(results, "_RESULT_FIELDS", results._RESULT_FIELDS | {"new_field"})

@@ -30,8 +30,9 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox import webhooks
-from django_outbox.compat import InvalidTask, task
+from django_outbox.compat import InvalidTask, TaskResultDoesNotExist, default_task_backend, task
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs.resultids import parse_result_id
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.models.jobs import JobStatus
 from tests import tasks
@@ -128,6 +129,45 @@ ENQUEUES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
 def test_a_bad_enqueue_is_refused_and_stores_nothing(unchanged, call, error, says):
     with pytest.raises(error, match=says):
         call()
+    assert unchanged()
+
+
+# Result ids result_id() would never write (the form is "<pk>" or "<pk>-<hex token>").
+BAD_RESULT_IDS: list[tuple[str, Any]] = [
+    ("empty", ""),
+    ("letters", "abc"),
+    ("a token that is not hex", "1-zz"),
+    ("negative", "-1"),
+    ("a hyphen and nothing", "1-"),
+    ("only a hyphen", "-"),
+    ("zero", "0"),
+    ("a leading zero", "01"),
+    ("token 0 written out", "1-0"),
+    ("a token with a leading zero", "1-01"),
+    ("an uppercase token", "1-A"),
+    ("a space before", " 1"),
+    ("a newline after", "1\n"),
+    ("a plus sign", "+1"),
+    ("an underscore", "1_0"),
+    ("a decimal point", "1.0"),
+    ("a non-ASCII digit", "\u0661"),
+    ("a key over 64 bits", str(2**63)),
+    ("a huge number", "9" * 30),
+    ("a token over 31 bits", "1-80000000"),
+    ("a token of 9 digits", "1-" + "f" * 9),
+    ("10 MB", MB10),
+    ("None", None),
+    ("a float", 1.5),
+    ("a list", ["1"]),
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_RESULT_IDS], ids=[c[0] for c in BAD_RESULT_IDS])
+def test_a_malformed_result_id_names_no_job_and_changes_nothing(unchanged, bad):
+    for call in (tasks.echo.get_result, default_task_backend.get_result, django_outbox.cancel):
+        with pytest.raises(TaskResultDoesNotExist, match="is not a job's result id") as caught:
+            call(bad)
+        assert len(str(caught.value)) < 300
     assert unchanged()
 
 
@@ -281,11 +321,11 @@ def test_runworker_refuses_bad_arguments_and_runs_nothing(unchanged, argv, says)
 # Run time: the job ends clearly, and the worker goes on with the rest.
 
 
-def _run_beside_a_good_job(run_worker, bad_result_id: int) -> Job:
+def _run_beside_a_good_job(run_worker, bad_pk: int) -> Job:
     good = tasks.add.enqueue(2, 3)
     run_worker()
     assert tasks.add.get_result(good.id).return_value == 5  # the worker went on
-    return Job.objects.get(pk=bad_result_id)
+    return Job.objects.get(pk=bad_pk)
 
 
 def _last_error(job: Job) -> dict[str, Any]:
@@ -313,14 +353,16 @@ def test_a_task_path_that_no_longer_imports_fails_with_task_not_found(run_worker
 def test_a_task_that_raises_anything_fails_its_job_not_the_worker(
     run_worker, bad, class_path, says
 ):
-    job = _run_beside_a_good_job(run_worker, int(bad.enqueue().id))
+    job = _run_beside_a_good_job(run_worker, parse_result_id(bad.enqueue().id).pk)
     assert job.status == JobStatus.FAILED
     assert _last_error(job)["exception_class_path"] == class_path
     assert says in _last_error(job)["traceback"]
 
 
 def test_a_return_value_json_cannot_hold_fails_the_job_once_without_a_retry(run_worker):
-    job = _run_beside_a_good_job(run_worker, int(tasks.returns_datetime.enqueue().id))
+    job = _run_beside_a_good_job(
+        run_worker, parse_result_id(tasks.returns_datetime.enqueue().id).pk
+    )
     assert job.status == JobStatus.FAILED
     assert job.attempts == 1 and job.max_attempts == 3  # not run again for the same value
     assert "returned a value JSON cannot hold" in _last_error(job)["traceback"]

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox import webhooks
+from django_outbox.jobs.resultids import parse_result_id
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Job, JobStatus, Worker
 from testproject.shop.models import Customer, Order
 from tests import tasks
@@ -54,18 +55,18 @@ def test_kill_9_mid_job_runs_the_job_again_after_its_lease_and_loses_nothing(sta
     wait_until(lambda: Execution.objects.filter(key="victim").exists(), what="the victim to start")
     first.send(signal.SIGKILL)
     first.wait()
-    lease_at_kill = Job.objects.get(pk=victim.id).lease_until
-    assert Job.objects.get(pk=victim.id).status == JobStatus.RUNNING
+    lease_at_kill = Job.objects.for_result(victim.id).get().lease_until
+    assert Job.objects.for_result(victim.id).get().status == JobStatus.RUNNING
 
     second = start_worker("--concurrency", "2")
     wait_until(
-        lambda: Job.objects.get(pk=victim.id).status == JobStatus.SUCCEEDED,
+        lambda: Job.objects.for_result(victim.id).get().status == JobStatus.SUCCEEDED,
         what="the victim to run again",
     )
     runs = list(Execution.objects.filter(key="victim").order_by("attempt"))
     assert [(r.attempt, r.finished is not None) for r in runs] == [(1, False), (2, True)]
     assert runs[1].started >= lease_at_kill  # not before the dead worker's lease ran out
-    job = Job.objects.get(pk=victim.id)
+    job = Job.objects.for_result(victim.id).get()
     assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.WorkerLost"
     wait_until(
         lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 51,
@@ -103,7 +104,7 @@ def test_a_second_sigint_exits_at_once_and_leaves_the_job_leased(start_worker):
     worker.send(signal.SIGINT)
     assert worker.wait(timeout=10) == 130
     assert time.monotonic() - started < 5
-    assert Job.objects.get(pk=result.id).status == JobStatus.RUNNING
+    assert Job.objects.for_result(result.id).get().status == JobStatus.RUNNING
     assert "second SIGINT: exiting now" in worker.log()
 
 
@@ -117,7 +118,7 @@ def test_the_supervisor_replaces_a_worker_process_that_dies(start_worker):
     wait_until(lambda: Worker.objects.count() == 3, what="a replacement worker")
     result = tasks.add.enqueue(20, 22)
     wait_until(
-        lambda: Job.objects.get(pk=result.id).status == JobStatus.SUCCEEDED,
+        lambda: Job.objects.for_result(result.id).get().status == JobStatus.SUCCEEDED,
         what="the replacement fleet to run a job",
     )
     supervisor.send(signal.SIGTERM)
@@ -131,7 +132,7 @@ def test_a_process_with_a_thread_stuck_past_a_timeout_drains_and_is_replaced(sta
     stuck = tasks.overruns.enqueue(600)  # timeout 0.2 s: its thread is stuck for good
     supervisor = start_worker("--processes", "2", "--concurrency", "2")
     wait_until(
-        lambda: Job.objects.get(pk=stuck.id).status == JobStatus.FAILED,
+        lambda: Job.objects.for_result(stuck.id).get().status == JobStatus.FAILED,
         what="the stuck job to be recorded as timed out",
     )
     # The process that ran it leaves, and a fresh one takes its place.
@@ -139,7 +140,7 @@ def test_a_process_with_a_thread_stuck_past_a_timeout_drains_and_is_replaced(sta
     wait_until(lambda: Worker.objects.filter(stopped_at=None).count() == 2, what="two live workers")
     result = tasks.add.enqueue(20, 22)
     wait_until(
-        lambda: Job.objects.get(pk=result.id).status == JobStatus.SUCCEEDED,
+        lambda: Job.objects.for_result(result.id).get().status == JobStatus.SUCCEEDED,
         what="the fleet to run a job",
     )
     supervisor.send(signal.SIGTERM)
@@ -148,7 +149,7 @@ def test_a_process_with_a_thread_stuck_past_a_timeout_drains_and_is_replaced(sta
     assert "its thread cannot be stopped and is still running here" in log
     assert "time.sleep(seconds)" in log
     assert "drained after a job's thread got stuck past its timeout; starting a fresh one" in log
-    job = Job.objects.get(pk=stuck.id)
+    job = Job.objects.for_result(stuck.id).get()
     assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
 
 
@@ -189,7 +190,7 @@ def test_a_job_that_never_returns_does_not_keep_the_worker_from_exiting(start_wo
     assert worker.wait(timeout=20) == 1, worker.log()  # 1: a thread was left running
     assert time.monotonic() - started < 10
     # Failed at its timeout (max_attempts 1), not left leased to the stuck thread.
-    job = Job.objects.get(pk=result.id)
+    job = Job.objects.for_result(result.id).get()
     assert (job.status, job.worker_id) == (JobStatus.FAILED, None)
     assert "over its 0.2 s timeout" in worker.log()
 
@@ -209,9 +210,12 @@ def test_delayed_and_prioritised_jobs_run_in_order_and_not_early(start_worker):
     runs = {r.key: r for r in Execution.objects.all()}
     assert runs["high"].started < runs["low"].started < runs["soon"].started < runs["later"].started
     for result, key in [(soon, "soon"), (later, "later")]:
-        assert runs[key].started >= Job.objects.get(pk=result.id).run_at  # never early
-    assert runs["later"].started - Job.objects.get(pk=later.id).run_at < timedelta(seconds=1)
-    assert {high.id, low.id} <= {str(r.job_id) for r in runs.values()}
+        assert runs[key].started >= Job.objects.for_result(result.id).get().run_at  # never early
+    assert runs["later"].started - Job.objects.for_result(later.id).get().run_at < timedelta(
+        seconds=1
+    )
+    ran = {r.job_id for r in runs.values()}
+    assert {parse_result_id(high.id).pk, parse_result_id(low.id).pk} <= ran
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
 

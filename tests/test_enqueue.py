@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 import django_outbox
 from django_outbox.compat import BACKPORT
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs.resultids import result_id
 from django_outbox.models import Job
 from tests import tasks
 
@@ -32,7 +33,8 @@ def test_enqueue_many_uses_one_insert_per_thousand_rows():
     assert len(inserts(queries.captured_queries)) == math.ceil(2500 / rows_per_insert())
     assert len(results) == 2500
     assert sorted(Job.objects.values_list("args", flat=True))[:2] == [[0, 0], [1, 1]]
-    assert {r.id for r in results} == {str(pk) for pk in Job.objects.values_list("pk", flat=True)}
+    stored = Job.objects.values_list("pk", "token")
+    assert {r.id for r in results} == {result_id(pk, token) for pk, token in stored}
 
 
 def test_enqueue_many_is_all_or_nothing():

@@ -84,7 +84,7 @@ def test_a_queue_named_must_have_a_worker_even_with_nothing_due():
 def test_the_oldest_due_job_waiting_too_long_is_unhealthy():
     live_worker()
     late = tasks.noop.enqueue()
-    Job.objects.filter(pk=late.id).update(run_at=timezone.now() - timedelta(minutes=10))
+    Job.objects.for_result(late.id).update(run_at=timezone.now() - timedelta(minutes=10))
     code, line = health()
     assert code == 1
     assert line.startswith("unhealthy: the oldest due job of queue 'default' has waited 60")

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from django_outbox import conf, ratelimits, webhooks
 from django_outbox.jobs.claim import claim_batch
+from django_outbox.jobs.resultids import parse_result_id
 from django_outbox.models import Delivery, DeliveryStatus, Job, JobStatus, RateBucket
 from django_outbox.ratelimits import Rate
 from tests import tasks
@@ -201,7 +202,7 @@ def test_a_claim_takes_no_more_jobs_than_tokens_and_the_rest_keep_their_place(st
     before = {job.pk: job.run_at for job in Job.objects.all()}
     with outbox(RATE_LIMIT_STORE=store, QUEUES={"rated": {"rate": 1, "burst": 2}}):
         first = claim_batch("w1", ["rated"], 10, 30)
-        assert [job.id for job in first.jobs] == [int(r.id) for r in results[:2]]
+        assert [job.id for job in first.jobs] == [parse_result_id(r.id).pk for r in results[:2]]
         assert 0.5 < first.retry_in <= 1.0  # it got 2 of 10: when to look for more
         second = claim_batch("w1", ["rated"], 10, 30)
         assert second.jobs == []
@@ -246,7 +247,7 @@ def test_a_rated_queue_runs_at_its_rate_and_other_queues_do_not_wait(store, run_
     assert set(Job.objects.filter(queue="rated").values_list("status", "attempts")) == {
         (JobStatus.SUCCEEDED, 1)
     }
-    last_quick = max(Job.objects.get(pk=r.id).finished_at for r in quick)
+    last_quick = max(Job.objects.for_result(r.id).get().finished_at for r in quick)
     assert last_quick < runs[-1].started  # the unlimited queue was not held up
 
 
@@ -279,7 +280,7 @@ def test_a_long_running_worker_comes_back_for_a_rated_queue_at_its_next_token(
         )
     # 2 at once, then 20 a second: about half a second; the stalled check is 5 s here.
     assert time.monotonic() - started < 3.0
-    assert {Job.objects.get(pk=r.id).attempts for r in results} == {1}
+    assert {Job.objects.for_result(r.id).get().attempts for r in results} == {1}
 
 
 # -- tasks may hold themselves back ------------------------------------------------------
@@ -292,7 +293,7 @@ def test_a_task_that_raises_rate_limited_runs_again_then_without_spending_an_att
     result = tasks.held_back_once.enqueue()  # max_attempts 1: a spent attempt would fail it
     started = timezone.now()
     stats = run_worker()
-    job = Job.objects.get(pk=result.id)
+    job = Job.objects.for_result(result.id).get()
     assert (job.status, job.return_value, job.attempts) == (JobStatus.SUCCEEDED, "sent", 1)
     assert job.errors == [] and len(job.worker_ids) == 1
     assert job.finished_at - started >= timedelta(seconds=0.3)

@@ -30,7 +30,7 @@ def test_a_new_schedule_starts_now_and_enqueues_its_next_tick_once():
         assert ScheduleState.objects.get(name="sums").last_tick == T0
         (result,) = schedules.enqueue_due(T0 + timedelta(seconds=40))  # 10:01:10
         assert schedules.enqueue_due(T0 + timedelta(seconds=50)) == []  # already enqueued
-    job = Job.objects.get(pk=result.id)
+    job = Job.objects.for_result(result.id).get()
     assert job.task_path == "tests.tasks.add" and job.args == [1, 2]
     assert job.run_at == datetime(2026, 12, 3, 10, 1, tzinfo=UTC)
     assert job.dedup_key == "outbox.schedule:sums:2026-12-03T10:01:00Z"
@@ -51,7 +51,7 @@ def test_ticks_missed_while_no_worker_ran(missed, cron, later, expected):
         schedules.enqueue_due(T0)
         results = schedules.enqueue_due(T0 + later)
         latest_due = schedules.schedules()[0].ticks_between(T0, T0 + later)[-1]
-    assert [f"{Job.objects.get(pk=r.id).run_at:%H:%M}" for r in results] == expected
+    assert [f"{Job.objects.for_result(r.id).get().run_at:%H:%M}" for r in results] == expected
     # Whatever was enqueued, the missed ticks are behind the schedule now.
     assert ScheduleState.objects.get().last_tick == latest_due
 

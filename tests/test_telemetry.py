@@ -63,7 +63,7 @@ def points(name: str) -> dict[tuple, float]:
 def test_the_run_span_is_a_child_of_the_enqueue_span_through_the_job(run_worker, spans):
     with trace.get_tracer("test").start_as_current_span("the request"):
         result = tasks.add.enqueue(2, 3)
-    stored = Job.objects.get(pk=result.id).trace_context
+    stored = Job.objects.for_result(result.id).get().trace_context
     assert stored and "traceparent" in stored
     run_worker()
     by_name = {span.name: span for span in spans.get_finished_spans()}
@@ -81,9 +81,9 @@ def test_the_run_span_is_a_child_of_the_enqueue_span_through_the_job(run_worker,
 
 def test_a_failed_run_has_an_error_span_and_each_retry_joins_the_trace(run_worker, spans):
     failing = tasks.always_fails.enqueue("nope")
-    Job.objects.filter(pk=failing.id).update(max_attempts=2)
+    Job.objects.for_result(failing.id).update(max_attempts=2)
     run_worker()
-    Job.objects.filter(pk=failing.id).update(run_at=timezone.now())  # its retry, now
+    Job.objects.for_result(failing.id).update(run_at=timezone.now())  # its retry, now
     run_worker()
     runs = [
         s for s in spans.get_finished_spans() if s.name == "outbox run tests.tasks.always_fails"
@@ -109,7 +109,7 @@ def test_job_metrics_count_outcomes_and_time_runs(run_worker, spans):
     }
     django_outbox.enqueue_many(tasks.add, [((1, 1), {})] * 4)
     failing = tasks.always_fails.enqueue("x")
-    Job.objects.filter(pk=failing.id).update(max_attempts=1)
+    Job.objects.for_result(failing.id).update(max_attempts=1)
     run_worker()
     add = (("queue", "default"), ("task", "tests.tasks.add"))
     fails = (("queue", "default"), ("task", "tests.tasks.always_fails"))

@@ -59,7 +59,7 @@ def test_run_jobs_runs_what_is_due_in_order_and_returns_the_results():
     assert [r.id for r in results] == [second.id, first.id]  # priority first
     assert [r.return_value for r in results] == [7, 3]
     assert finished == [second.id, first.id]
-    assert Job.objects.get(pk=later.id).status == JobStatus.QUEUED  # not due yet
+    assert Job.objects.for_result(later.id).get().status == JobStatus.QUEUED  # not due yet
     assert run_jobs() == []
 
 
@@ -68,8 +68,8 @@ def test_a_failing_job_is_queued_for_its_retry_not_rerun_and_fails_at_its_last_a
     (result,) = run_jobs()  # one run: its retry waits for its time, as with a worker
     assert result.status == TaskResultStatus.READY
     assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"]
-    assert Job.objects.get(pk=flaky.id).attempts == 1
-    Job.objects.filter(pk=flaky.id).update(max_attempts=2, run_at=timezone.now())
+    assert Job.objects.for_result(flaky.id).get().attempts == 1
+    Job.objects.for_result(flaky.id).update(max_attempts=2, run_at=timezone.now())
     (result,) = run_jobs()
     assert result.status == TaskResultStatus.FAILED
     assert len(result.errors) == 2 and "boom" in result.errors[-1].traceback
@@ -156,4 +156,4 @@ def test_run_jobs_refuses_a_max_rounds_that_runs_nothing_and_runs_nothing(rounds
     queued = tasks.add.enqueue(1, 1)
     with pytest.raises(ValueError, match="max_rounds must be a whole number of at least 1"):
         run_jobs(follow=True, max_rounds=rounds)
-    assert Job.objects.get(pk=queued.id).status == JobStatus.QUEUED
+    assert Job.objects.for_result(queued.id).get().status == JobStatus.QUEUED

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django_outbox import enqueue_many
 from django_outbox.compat import InvalidTask, task
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs.resultids import result_id
 from django_outbox.models import Job, JobStatus
 from tests import tasks
 
@@ -29,7 +30,7 @@ def test_a_second_enqueue_with_the_key_returns_the_queued_job():
 
 def test_a_running_job_holds_its_key_and_a_finished_one_releases_it():
     first = tasks.add.using(unique_key="sum").enqueue(1, 2)
-    Job.objects.filter(pk=first.id).update(status=JobStatus.RUNNING)
+    Job.objects.for_result(first.id).update(status=JobStatus.RUNNING)
     assert tasks.add.using(unique_key="sum").enqueue(1, 2).id == first.id
     for finished in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
         Job.objects.filter(dedup_key="sum").update(status=finished)
@@ -45,7 +46,7 @@ def test_a_task_may_carry_its_key_or_a_function_of_its_arguments():
     assert tasks.build_report.enqueue(43).id != first.id
     # The function says None: this call is not unique.
     assert tasks.build_report.enqueue().id != tasks.build_report.enqueue().id
-    assert Job.objects.get(pk=first.id).dedup_key == "report-42"
+    assert Job.objects.for_result(first.id).get().dedup_key == "report-42"
 
 
 def test_enqueue_many_with_a_key_inserts_one_job_and_returns_it_for_every_call():
@@ -85,7 +86,8 @@ def test_a_rolled_back_unique_enqueue_leaves_the_key_free():
         tasks.add.using(unique_key="once").enqueue(1, 2)
         raise RuntimeError("the view failed")
     kept = tasks.add.using(unique_key="once").enqueue(5, 6)
-    assert Job.objects.get().args == [5, 6] and kept.id == str(Job.objects.get().pk)
+    stored = Job.objects.get()
+    assert stored.args == [5, 6] and kept.id == result_id(stored.pk, stored.token)
 
 
 @pytest.mark.django_db(transaction=True)

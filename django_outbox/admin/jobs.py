@@ -14,6 +14,7 @@ from django.utils.safestring import SafeString
 from django_outbox import schedules
 from django_outbox.admin import display, lists, overview
 from django_outbox.jobs import operations
+from django_outbox.jobs.resultids import parse_result_id, result_id
 from django_outbox.models import Job, ScheduleState, Worker
 
 
@@ -66,9 +67,28 @@ class JobAdmin(ReadOnlyAdmin):
     search_fields = ["=id", "task_path", "=dedup_key"]
     ordering = ["-id"]
     actions = ["retry_now", "cancel", "delete_selected"]
-    readonly_fields = ["pretty_args", "pretty_kwargs", "pretty_return_value", "error_history"]
+    readonly_fields = [
+        "shown_result_id",
+        "pretty_args",
+        "pretty_kwargs",
+        "pretty_return_value",
+        "error_history",
+    ]
     fieldsets = [
-        (None, {"fields": ["task_path", "backend", "queue", "status", "priority", "dedup_key"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "shown_result_id",
+                    "task_path",
+                    "backend",
+                    "queue",
+                    "status",
+                    "priority",
+                    "dedup_key",
+                ]
+            },
+        ),
         (
             "Arguments and result",
             {"fields": ["pretty_args", "pretty_kwargs", "pretty_return_value"]},
@@ -93,6 +113,23 @@ class JobAdmin(ReadOnlyAdmin):
             },
         ),
     ]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """A result id (``TaskResult.id``, as an app logs it) finds its job; anything else
+        is searched as usual (a bare number is a primary key)."""
+        try:
+            pk, token = parse_result_id(search_term.strip())
+        except ValueError:
+            token = 0
+        if token:
+            return queryset.filter(pk=pk, token=token), False
+        return super().get_search_results(request, queryset, search_term)
+
+    @admin.display(description="result id")
+    def shown_result_id(self, job: Job) -> str:
+        return result_id(job.pk, job.token)
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, job: Job) -> SafeString:

@@ -14,6 +14,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
+from django_outbox.jobs.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.wake.notify import notify_on_commit
 
@@ -88,14 +89,19 @@ def cancel(jobs: QuerySet[Job]) -> Cancelled:
 
 
 def cancel_job(job: TaskResult | int | str) -> str:
-    """Cancel one job, given its result or its id: a queued job is cancelled and never runs
-    ("cancelled"); a running one is asked to stop ("requested"); a finished one is left as
-    it is (its status is returned). An unknown id raises TaskResultDoesNotExist."""
+    """Cancel one job, given its result, its result id (a string) or its primary key (an
+    int): a queued job is cancelled and never runs ("cancelled"); a running one is asked to
+    stop ("requested"); a finished one is left as it is (its status is returned). An
+    unknown id raises TaskResultDoesNotExist."""
     job_id = job.id if isinstance(job, TaskResult) else job
-    try:
-        found = Job.objects.filter(pk=int(job_id))
-    except (TypeError, ValueError):
-        raise TaskResultDoesNotExist(f"{job_id!r} is not a job id.") from None
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        found = Job.objects.filter(pk=job_id)
+    else:
+        try:
+            pk, token = parse_result_id(job_id)
+        except ValueError as exc:
+            raise TaskResultDoesNotExist(str(exc)) from None
+        found = Job.objects.filter(pk=pk, token=token)
     outcome = cancel(found)
     if outcome.cancelled:
         return "cancelled"

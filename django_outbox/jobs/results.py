@@ -10,6 +10,7 @@ from django.utils.module_loading import import_string
 
 from django_outbox.compat import Task, TaskError, TaskResult
 from django_outbox.exceptions import TaskNotFound
+from django_outbox.jobs.resultids import result_id
 from django_outbox.models import Job, JobStatus
 
 
@@ -34,6 +35,7 @@ def to_task_result(job: Job, task: Task | None = None) -> TaskResult:
     return build_result(
         task=task,
         job_id=job.pk,
+        token=job.token,
         status=JobStatus(job.status),
         args=job.args,
         kwargs=job.kwargs,
@@ -51,6 +53,7 @@ def build_result(
     *,
     task: Task,
     job_id: int,
+    token: int,
     status: JobStatus,
     args: list[Any],
     kwargs: dict[str, Any],
@@ -62,11 +65,11 @@ def build_result(
     finished_at: datetime | None,
     return_value: Any = None,
 ) -> TaskResult:
-    """The TaskResult of a stored job: its arguments decoded from JSON, as they are read
-    from the database."""
+    """The TaskResult of a stored job (primary key ``job_id``, its ``token``): its arguments
+    decoded from JSON, as they are read from the database."""
     values: dict[str, Any] = {
         "task": task,
-        "id": str(job_id),
+        "id": result_id(job_id, token),
         "status": status.task_status,
         "args": args,
         "kwargs": kwargs,

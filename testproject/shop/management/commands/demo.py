@@ -164,7 +164,7 @@ def rolled_back_signup(client: Client) -> str:
     except Rollback:
         pass
     after = counts()
-    job_gone = not Job.objects.filter(pk=body["job"]).exists()
+    job_gone = not Job.objects.for_result(body["job"]).exists()
     customer_gone = not Customer.objects.filter(email=email).exists()
     verdict = (
         "nothing enqueued"
@@ -173,7 +173,7 @@ def rolled_back_signup(client: Client) -> str:
     )
     return (
         f"signing up {email} inside a transaction that rolls back: the view answered 201 "
-        f"with job #{body['job']}; after the rollback jobs {before[0]} -> {after[0]}, "
+        f"with job {body['job']}; after the rollback jobs {before[0]} -> {after[0]}, "
         f"customers {before[1]} -> {after[1]} ({verdict})"
     )
 
