@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.jobs.claim import claim
@@ -20,6 +22,7 @@ from django_outbox.worker.completer import Completer
 from django_outbox.worker.database import Database
 from django_outbox.worker.inbox import Inbox
 from django_outbox.worker.listener import Listener
+from django_outbox.worker.maintenance import Maintenance
 from django_outbox.worker.pool import Pool
 from django_outbox.worker.producer import Producer
 from django_outbox.worker.stats import WorkerStats
@@ -219,3 +222,52 @@ def test_the_completer_tells_when_a_retried_run_falls_due():
     row = Job.objects.get(pk=job.id)
     assert row.status == JobStatus.QUEUED
     assert requeued == [row.run_at]
+
+
+# -- maintenance ---------------------------------------------------------------------------
+
+
+def maintenance_for(worker_id: str, holding: int, found: list) -> Maintenance:
+    stats = WorkerStats()
+    settings = conf.get()
+    db = Database(worker_id, "default", settings.LEASE_SECONDS, stats)
+    completer = completer_for(set(), [], [])
+    return Maintenance(
+        worker_id=worker_id,
+        settings=settings,
+        db=db,
+        completer=completer,
+        stats=stats,
+        holding=lambda: holding,
+        poll_seconds=lambda: 30.0,
+        parent_pid=None,
+        orphaned=lambda: None,
+        found_work=lambda: found.append("look"),
+    )
+
+
+def test_maintenance_renews_the_leases_a_worker_holds_and_rescues_expired_ones(
+    job_factory, worker_factory
+):
+    me = worker_factory()
+    mine = job_factory(running=True, worker_id=me.id, lease_until=timezone.now())
+    lost = job_factory(
+        running=True, worker_id="gone:1:x", lease_until=timezone.now() - timedelta(minutes=1)
+    )
+    found: list = []
+    maintenance_for(me.id, holding=1, found=found).run_due()
+    mine.refresh_from_db()
+    assert mine.lease_until > timezone.now() + timedelta(seconds=1)  # renewed
+    lost.refresh_from_db()
+    assert (lost.status, lost.worker_id) == (JobStatus.QUEUED, None)  # taken back
+    assert found == ["look"]  # and the worker looks for it at once
+
+
+def test_an_idle_worker_only_says_it_is_alive(worker_factory):
+    me = worker_factory(heartbeat_at=timezone.now() - timedelta(hours=1))
+    found: list = []
+    maintenance = maintenance_for(me.id, holding=0, found=found)
+    maintenance.run_due()
+    me.refresh_from_db()
+    assert timezone.now() - me.heartbeat_at < timedelta(seconds=5)
+    assert found == []  # nothing was rescued: no reason to look
