@@ -24,6 +24,7 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox.jobs import leases
+from django_outbox.jobs.resultids import parse_result_id
 from django_outbox.models import Job
 from django_outbox.models import Worker as WorkerRow
 from django_outbox.wake import notify, postgres
@@ -100,7 +101,8 @@ def assert_prompt_pickup(key: str, worker) -> None:
 
 def first_start(result) -> float:
     run = wait_until(
-        lambda: Execution.objects.filter(job_id=int(result.id)).first(), what="the job to run"
+        lambda: Execution.objects.filter(job_id=parse_result_id(result.id).pk).first(),
+        what="the job to run",
     )
     return run.started
 
@@ -125,7 +127,7 @@ def test_a_delayed_job_is_woken_at_its_due_time_not_before(start_worker, mode):
     started(worker, mode)
     time.sleep(0.3)
     result = tasks.record_run.using(run_after=timedelta(seconds=1.5)).enqueue("delayed")
-    run_at = Job.objects.get(pk=result.id).run_at
+    run_at = Job.objects.for_result(result.id).get().run_at
     begun = first_start(result)
     assert run_at <= begun < run_at + timedelta(seconds=1), worker.log()
     worker.send(signal.SIGTERM)
@@ -359,7 +361,7 @@ def test_enqueue_succeeds_with_redis_stopped_and_a_worker_wakes_after_it_restart
         started(worker, "redis")
         own_redis.stop()
         stopped = tasks.record_run.enqueue("while-redis-is-down")  # no error: a hint is lost
-        assert Job.objects.filter(pk=stopped.id).exists()  # stored; it runs when found
+        assert Job.objects.for_result(stopped.id).exists()  # stored; it runs when found
         wait_until(lambda: "Redis" in worker.log() and "polling" in worker.log(), what="fallback")
         own_redis.start()
         wait_until(lambda: "answers again" in worker.log(), timeout=20, what="Redis back")
@@ -466,7 +468,7 @@ def test_a_due_job_locked_by_someone_else_does_not_make_an_idle_worker_spin(star
     started(worker, "postgres")
     result = tasks.record_run.using(run_after=timedelta(seconds=1)).enqueue("locked")
     with transaction.atomic():
-        Job.objects.select_for_update().get(pk=result.id)  # as a claim in flight would
+        Job.objects.select_for_update().for_result(result.id).get()  # as a claim in flight would
         time.sleep(3)  # due after 1 s, but locked until 3 s
     first_start(result)
     worker.send(signal.SIGTERM)

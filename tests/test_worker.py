@@ -7,6 +7,7 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox.compat import TaskResultStatus, task_finished, task_started
+from django_outbox.jobs.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker import Worker
 from tests import tasks
@@ -15,7 +16,7 @@ from tests.models import Execution
 
 
 def job_of(result):
-    return Job.objects.get(pk=int(result.id))
+    return Job.objects.for_result(result.id).get()
 
 
 def test_runs_jobs_and_stores_their_results(run_worker):
@@ -164,7 +165,7 @@ def test_higher_priority_runs_first(run_worker):
     high = django_outbox.enqueue_many(tasks.noop.using(priority=50), [((), {})] * 5)
     run_worker(concurrency=1, batch_size=1)
     finished = list(Job.objects.order_by("finished_at", "id").values_list("pk", flat=True))
-    assert finished == [int(r.id) for r in high] + [int(r.id) for r in low]
+    assert finished == [parse_result_id(r.id).pk for r in [*high, *low]]
 
 
 def test_lifecycle_signals_are_sent(run_worker):
@@ -202,7 +203,7 @@ def test_finished_signal_carries_the_outcome(run_worker):
     try:
         ok = tasks.add.enqueue(2, 3)
         bad = tasks.always_fails.using(queue_name="default").enqueue("nope")
-        Job.objects.filter(pk=int(bad.id)).update(max_attempts=1)
+        Job.objects.for_result(bad.id).update(max_attempts=1)
         run_worker()
     finally:
         task_finished.disconnect(on_finished)
@@ -237,7 +238,7 @@ def test_after_heartbeats_failed_only_results_still_leased_are_written(run_worke
 
     claimed = claim(worker.id, ["default"], 2, 30)
     # The database was away longer than a lease; another worker took one job back.
-    Job.objects.filter(pk=taken.id).update(worker_id="someone-else")
+    Job.objects.for_result(taken.id).update(worker_id="someone-else")
     worker.completer.leases_renewed_at -= 3600
     finished = []
 

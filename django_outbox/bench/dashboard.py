@@ -59,7 +59,7 @@ def fill(jobs: int, attempts: int, days: int) -> float:
         cursor.execute(
             f"""INSERT INTO {job} (backend, queue, task_path, args, kwargs, priority, status,
                 run_at, attempts, max_attempts, backoff_base, backoff_cap, worker_ids, errors,
-                enqueued_at, started_at, last_attempted_at, finished_at)
+                enqueued_at, started_at, last_attempted_at, finished_at, token)
             SELECT 'default', CASE WHEN n % 10 = 0 THEN 'reports' ELSE 'default' END,
                 '{MARK}', '[]', '{{}}', 0,
                 CASE WHEN n % 100 = 0 THEN 'queued' WHEN n % 50 = 1 THEN 'failed'
@@ -68,7 +68,8 @@ def fill(jobs: int, attempts: int, days: int) -> float:
                 CASE WHEN n % 50 = 1 THEN '[{{"exception_class_path": "builtins.ValueError",
                     "traceback": "Traceback\\nValueError: bench"}}]' ELSE '[]' END{sql.json},
                 {sql.ago(f"{at} + 2")}, {sql.ago(f"{at} + 1")}, {sql.ago(f"{at} + 1")},
-                CASE WHEN n % 100 = 0 THEN NULL ELSE {sql.ago(at)} END
+                CASE WHEN n % 100 = 0 THEN NULL ELSE {sql.ago(at)} END,
+                1 + n % 2147483646
             FROM {sql.series(jobs)}"""
         )
         cursor.execute(

@@ -61,6 +61,7 @@ def claimed_job_result(
     return build_result(
         task=task,
         job_id=job.id,
+        token=job.token,
         status=status,
         args=job.args,
         kwargs=job.kwargs,
@@ -120,7 +121,9 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
         task = cached_task(job.task_path)
         result = claimed_job_result(task, job)
         task_started.send(backend_class(task), task_result=result)
-        with telemetry.run_span(job.task_path, job.queue, job.id, job.attempts, job.trace_context):
+        with telemetry.run_span(
+            job.task_path, job.queue, result.id, job.attempts, job.trace_context
+        ):
             outcome = _run(task, job, flag, result)
             telemetry.run_failed(outcome.error)
     except BaseException as exc:
