@@ -222,8 +222,8 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
     )  # fmt: skip
     out = capsys.readouterr().out
     peers = _peer_figures(out_file)
-    assert set(peers) == {"django-tasks-db", "procrastinate", "celery"}
-    postgres_peers = ("django-tasks-db", "procrastinate")
+    assert set(peers) == {"django-tasks-db", "procrastinate", "pgqueuer", "celery"}
+    postgres_peers = ("django-tasks-db", "procrastinate", "pgqueuer")
     if connection.vendor != "postgresql":
         for name in postgres_peers:
             assert peers[name]["missing"] == "runs on PostgreSQL here, not sqlite"
@@ -240,8 +240,10 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
         assert f"{ours / peer['per_s']:.1f}x" in row
         if name == "celery":  # Redis commands, not PostgreSQL's counts
             assert peer["redis_commands_per_job"] > 0 and peer["transactions_per_job"] is None
-        else:  # every job costs each of these peers at least one transaction and some WAL
-            assert peer["transactions_per_job"] >= 1 and peer["wal_bytes_per_job"] > 0
+        else:  # every job costs each of these peers transactions (PgQueuer's are of batches
+            # of 10) and some WAL
+            least = 0.05 if name == "pgqueuer" else 1
+            assert peer["transactions_per_job"] >= least and peer["wal_bytes_per_job"] > 0
     fastest = max(measured, key=lambda name: peers[name]["per_s"])
     assert f"django_outbox / fastest peer ({fastest}): " in out
     assert _peer_leftovers() == []
@@ -494,3 +496,210 @@ def test_limited_refuses_bad_options_before_starting_anything(args, says):
     with pytest.raises(CommandError, match=says):
         call_command("outbox_bench", "limited", *args)
     assert not Job.objects.exists()
+
+
+# -- drain: runworker processes, the lean ceiling, PgQueuer, the webhooks' HTTP ceiling -------
+#
+# Small runs, a few seconds each: the workers are started and stopped, the figures are there
+# and add up, bad options are refused before anything starts; never how fast anything is.
+
+
+@pytest.fixture(autouse=True)
+def _runworker_uses_the_test_database(django_db_setup, monkeypatch):
+    """``outbox_bench drain`` starts ``manage.py runworker`` with this process's environment,
+    and tests.settings sends a worker subprocess to the test database by this variable (as
+    conftest's start_worker does)."""
+    from django.db import connection
+
+    monkeypatch.setenv("OUTBOX_TEST_DB_NAME", str(connection.settings_dict["NAME"]))
+
+
+def _drain_checkout(directory, exit_with=None):
+    """A "checkout" whose manage.py notes its pid and arguments, then runs this project's
+    (or, with ``exit_with``, fails with that status when asked to run workers)."""
+    from tests.conftest import ROOT
+
+    fail = (
+        f"if 'runworker' in sys.argv: print('no workers today'); sys.exit({exit_with})\n"
+        if exit_with is not None
+        else ""
+    )
+    (directory / "manage.py").write_text(
+        "import json, os, runpy, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        f"with open({str(directory / 'started')!r}, 'a') as log:\n"
+        "    log.write(json.dumps([os.getpid(), sys.argv[1:]]) + '\\n')\n"
+        f"{fail}"
+        f"runpy.run_path({str(ROOT / 'manage.py')!r}, run_name='__main__')\n"
+    )
+    return directory
+
+
+def _started(directory):
+    lines = (directory / "started").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_drain_starts_runworker_processes_as_a_user_does_and_times_them_from_the_jobs(
+    capsys, tmp_path
+):
+    checkout = _drain_checkout(tmp_path)
+    call_command(
+        "outbox_bench", "drain", "--jobs", "200", "--processes", "2", "--concurrency", "2",
+        "--worker-dir", str(checkout), "--json", str(tmp_path / "drain.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = _bench_json(tmp_path / "drain.json")
+    drained = figures["drain"]
+    assert drained["workers"] == "runworker" and drained["worker_dir"] == str(checkout)
+    assert drained["succeeded"] == drained["jobs"] == 200
+    # From the first job's start to the last one's finish: within the workers' lifetime.
+    assert 0 < drained["drain_seconds"] <= drained["wall_seconds"]
+    assert drained["drain_per_s"] == pytest.approx(200 / drained["drain_seconds"])
+    assert drained["worker_cpu_us_per_job"] > 0 and drained["peak_rss_mb"] > 0
+    assert re.search(rf"workers\s+runworker processes from {re.escape(str(checkout))}", out)
+    assert re.search(r"workers' django_outbox\s+\S+django_outbox", out)
+    # Started as a user starts them: one runworker command of two processes (a drain this
+    # small has no warm-up drain before it).
+    runs = [(pid, argv) for pid, argv in _started(checkout)]
+    assert [argv for _, argv in runs] == [
+        ["runworker", "--burst", "--queues", "default", "--processes", "2", "--concurrency", "2"]
+    ]
+    assert all(_gone(pid) for pid, _ in runs)  # and they are gone
+    assert not Job.objects.exists()
+
+
+def test_drain_ceiling_alternates_with_the_raw_sql_ceiling_without_the_peers(capsys, tmp_path):
+    from django.db import connection
+
+    call_command(
+        "outbox_bench", "drain", "--jobs", "200", "--processes", "1", "--concurrency", "2",
+        "--ceiling", "--rounds", "2", "--json", str(tmp_path / "drain.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = _bench_json(tmp_path / "drain.json")
+    assert "peers" not in figures and "peers," not in out
+    if connection.vendor != "postgresql":
+        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
+        return
+    ratios = figures["ceiling"]["round_ratios"]
+    assert len(ratios) == 2 and figures["ceiling"]["median_round_ratio"] > 0
+    assert "from its first claim to its last batch run; 200 succeeded" in out
+
+
+@pytest.mark.parametrize("names", ["", "pgqueuer,rq", "Celery"])
+def test_drain_refuses_unknown_peer_names(names):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--peer-names: peers are django-tasks-db, "):
+        call_command("outbox_bench", "drain", "--peers", "--peer-names", names)
+    assert not Job.objects.exists()
+
+
+def test_drain_forked_forks_the_workers_from_this_process(capsys, tmp_path):
+    call_command(
+        "outbox_bench", "drain", "--forked", "--jobs", "200", "--processes", "2",
+        "--concurrency", "2", "--json", str(tmp_path / "drain.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    drained = _bench_json(tmp_path / "drain.json")["drain"]
+    assert drained["workers"] == "forked" and drained["worker_dir"] is None
+    assert drained["succeeded"] == 200 and drained["statements"] > 0
+    assert 0 < drained["drain_seconds"] <= drained["wall_seconds"]
+    assert "forked from this process (--forked)" in out and "workers' django_outbox" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--worker-dir", "/no/such/checkout"], "is not a directory"),
+        (["--worker-dir", "{tmp}"], "has no manage.py"),
+        (["--worker-dir", "{root}", "--forked"], "use one or the other"),
+    ],
+)
+def test_drain_refuses_a_bad_worker_dir_before_starting_anything(tmp_path, args, says):
+    from django.core.management.base import CommandError
+
+    from tests.conftest import ROOT
+
+    args = [arg.format(tmp=tmp_path, root=ROOT) for arg in args]
+    with pytest.raises(CommandError, match=says):
+        call_command("outbox_bench", "drain", "--jobs", "10", *args)
+    assert not Job.objects.exists()
+
+
+def test_drain_reports_runworker_failing_with_its_output_and_cleans_up(tmp_path):
+    from django.core.management.base import CommandError
+
+    checkout = _drain_checkout(tmp_path, exit_with=3)
+    with pytest.raises(CommandError, match=r"(?s)exited with status 3.*no workers today"):
+        call_command("outbox_bench", "drain", "--jobs", "50", "--worker-dir", str(checkout))
+    assert not Job.objects.exists()  # the jobs it enqueued are gone
+
+
+def test_the_raw_sql_ceiling_is_the_lean_row_and_times_its_own_drain():
+    from django.db import connection
+
+    from django_outbox.bench import ceiling
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the raw-SQL ceiling is PostgreSQL's")
+    f = ceiling.drain(300, 2, 2)
+    assert f.succeeded == f.jobs == 300 and (f.processes, f.threads, f.batch) == (2, 2, 50)
+    assert f.per_s == pytest.approx(300 / f.seconds) and f.seconds > 0
+    # A claim and a completion per batch of 50 (more batches when claims meet), and an
+    # empty claim per thread at the end.
+    assert (2 * 6 + 4) / 300 <= f.statements_per_job <= 40 / 300
+    # The row: id, queue, status, priority and run_at for the claim order, a lease.
+    columns = ceiling._CREATE.split("(", 1)[1].split(");", 1)[0]
+    names = [line.split()[0] for line in columns.strip().splitlines()]
+    assert names == ["id", "queue", "status", "priority", "run_at", "lease_until"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
+        assert cursor.fetchone()[0] is None  # dropped after the run
+
+
+def test_pgqueuer_drains_with_its_own_processes_timed_from_its_log(tmp_path):
+    from django.db import connection
+
+    from django_outbox.bench.peers.pgqueuer_peer import PgQueuerPeer
+
+    peer = PgQueuerPeer()
+    if connection.vendor != "postgresql":
+        assert peer.missing() == "runs on PostgreSQL here, not sqlite"
+        return
+    if peer.missing() is not None:
+        pytest.skip(f"PgQueuer: {peer.missing()}")
+    f = peer.drain(100, 1, 2)
+    assert f.succeeded == f.jobs == 100 and (f.processes, f.threads) == (1, 2)
+    assert f.per_s == pytest.approx(100 / f.seconds) and f.enqueue_per_s > 0
+    assert "log table" in f.timed and f.wal_bytes_per_job > 0
+    assert _peer_leftovers() == []
+
+
+def test_webhooks_ceiling_sends_the_same_deliveries_and_reports_the_ratio(capsys, tmp_path):
+    from django_outbox.models import Delivery, Endpoint, Message
+
+    call_command(
+        "outbox_bench", "webhooks", "--deliveries", "40", "--fan-out", "4", "--processes", "1",
+        "--concurrency", "2", "--parts", "throughput,ceiling",
+        "--json", str(tmp_path / "hooks.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = _bench_json(tmp_path / "hooks.json")
+    c = figures["ceiling"]
+    assert c["succeeded"] == c["deliveries"] == c["requests"] == 40
+    assert (c["processes"], c["threads"]) == (1, 2) and c["per_s"] > 0
+    assert c["ratio"] == pytest.approx(figures["throughput"]["attempts_per_s"] / c["per_s"])
+    assert "plain-HTTP ceiling: the same 40 signed POSTs" in out
+    assert re.search(r"django_outbox / plain-HTTP ceiling: \d+%", out)
+    assert not Message.objects.exists() and not Endpoint.objects.exists()
+    assert not Delivery.objects.exists() and not Job.objects.exists()
+
+    call_command(
+        "outbox_bench", "webhooks", "--deliveries", "8", "--fan-out", "4", "--processes", "1",
+        "--concurrency", "2", "--parts", "ceiling",
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert "plain-HTTP ceiling: the same 8 signed POSTs" in out
+    assert "django_outbox / plain-HTTP ceiling" not in out  # no throughput: no ratio

@@ -1,10 +1,18 @@
 """The raw-SQL ceiling: the fastest a job queue on this PostgreSQL can drain, for comparison.
 
-Plain psycopg, no Django: one jobs table with a partial index on queued rows, and workers
-that claim 50 at a time with ``UPDATE … WHERE id = ANY(ARRAY(SELECT … FOR UPDATE SKIP
-LOCKED LIMIT 50)) RETURNING`` and complete each batch with one UPDATE. Nothing else: no
-task lookup, no results, no leases renewed, no signals. What django_outbox adds on top is
-the difference between this and ``outbox_bench drain`` on the same database.
+Plain psycopg, no Django, and as lean as a correct queue can be. A job is a row of six
+columns: ``id``, ``queue``, ``status``, ``priority`` and ``run_at`` (the claim order is
+django_outbox's: priority, then due time, then id) and ``lease_until`` (a claimed job is
+leased, so a dead worker's jobs can be claimed again). One partial index holds the queued
+rows in claim order. Workers claim 50 at a time with ``UPDATE … WHERE id IN (SELECT …
+ORDER BY priority DESC, run_at, id LIMIT 50 FOR UPDATE SKIP LOCKED) RETURNING id`` and
+complete each batch with one UPDATE. Nothing else: no payload, no attempt count, no task
+lookup, no results, no leases renewed, no signals. What django_outbox does on top is the
+difference between this and ``outbox_bench drain`` on the same database.
+
+A drain is timed as django_outbox's is, from its jobs' own record: from the first claim
+to the end of the last batch run (its completion statement, like django_outbox's last
+one, is not counted). Each thread connects before the clock starts.
 
 For pickup latency and idle cost, its workers LISTEN and an enqueue is an INSERT and a
 NOTIFY in one transaction; an idle worker claims once every ``POLL_SECONDS`` in case a
@@ -37,22 +45,20 @@ CREATE TABLE {TABLE} (
     id bigserial PRIMARY KEY,
     queue text NOT NULL,
     status text NOT NULL DEFAULT 'queued',
+    priority smallint NOT NULL DEFAULT 0,
     run_at timestamptz NOT NULL DEFAULT now(),
-    payload jsonb NOT NULL DEFAULT '{{}}',
-    attempts integer NOT NULL DEFAULT 0,
     lease_until timestamptz
 );
-CREATE INDEX {TABLE}_claim ON {TABLE} (queue, run_at, id) WHERE status = 'queued';
+CREATE INDEX {TABLE}_claim ON {TABLE} (queue, priority DESC, run_at, id) WHERE status = 'queued';
 """
 
 _CLAIM = f"""
-UPDATE {TABLE} SET status = 'running', attempts = attempts + 1,
-    lease_until = now() + interval '30 seconds'
-WHERE id = ANY(ARRAY(
+UPDATE {TABLE} SET status = 'running', lease_until = now() + interval '30 seconds'
+WHERE id IN (
     SELECT id FROM {TABLE} WHERE status = 'queued' AND queue = 'default' AND run_at <= now()
-    ORDER BY run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED
-))
-RETURNING id, payload
+    ORDER BY priority DESC, run_at, id LIMIT {BATCH} FOR UPDATE SKIP LOCKED
+)
+RETURNING id
 """
 
 # Latency and idle runs also stamp when a job was enqueued and started (the drain does not,
@@ -62,7 +68,7 @@ ALTER TABLE {TABLE} ADD COLUMN enqueued_at timestamptz NOT NULL DEFAULT clock_ti
     ADD COLUMN started_at timestamptz;
 """
 _CLAIM_TIMED = _CLAIM.replace(
-    "attempts = attempts + 1,", "attempts = attempts + 1, started_at = clock_timestamp(),"
+    "SET status = 'running',", "SET status = 'running', started_at = clock_timestamp(),"
 )
 
 _COMPLETE = f"UPDATE {TABLE} SET status = 'succeeded', lease_until = NULL WHERE id = ANY(%s)"
@@ -73,12 +79,15 @@ class CeilingFigures:
     jobs: int
     processes: int
     threads: int
+    #: From the first claim to the end of the last batch run (django_outbox's drain is timed
+    #: from its first job's start to its last one's finish the same way).
     seconds: float
     per_s: float
     statements_per_job: float
     succeeded: int
     #: WAL written from the insert of the jobs to the end of the drain, per job.
     wal_bytes_per_job: float
+    batch: int = BATCH
 
 
 def available() -> bool:
@@ -103,22 +112,27 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
         )
         setup.execute(f"VACUUM ANALYZE {TABLE}")
     # spawn, not fork: the caller may have threads (wake-up senders), which fork copies badly;
-    # the children need no Django, only this module and psycopg. Timing starts once they are
-    # all up, so their start-up is not counted against the ceiling.
+    # the children need no Django, only this module and psycopg. Every thread connects, then
+    # waits for the others; each notes when it sent its first claim and when it finished
+    # running its last batch.
     context = multiprocessing.get_context("spawn")
     statements: Any = context.Value("q", 0)
-    ready: Any = context.Barrier(processes + 1)
+    firsts: Any = context.Array("d", processes * threads)
+    lasts: Any = context.Array("d", processes * threads)
+    ready: Any = context.Barrier(processes * threads)
     children = [
-        context.Process(target=_process, args=(params, threads, statements, ready))
-        for _ in range(processes)
+        context.Process(
+            target=_process, args=(params, threads, number, statements, firsts, lasts, ready)
+        )
+        for number in range(processes)
     ]
     for child in children:
         child.start()
-    ready.wait()
-    started = time.perf_counter()
     for child in children:
         child.join()
-    seconds = time.perf_counter() - started
+    if any(child.exitcode for child in children):
+        raise RuntimeError("a raw-SQL ceiling process failed (its traceback is above)")
+    seconds = max(lasts[:]) - min(firsts[:])
     with psycopg.connect(**params, autocommit=True) as done:
         row = done.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'").fetchone()
         succeeded = int(row[0]) if row else 0
@@ -141,28 +155,47 @@ def _wal(db: Any) -> int:
     return int(row[0])
 
 
-def _process(params: dict[str, Any], threads: int, statements: Any, ready: Any) -> None:
-    workers = [threading.Thread(target=_work, args=(params, statements)) for _ in range(threads)]
-    ready.wait()
+def _process(
+    params: dict[str, Any],
+    threads: int,
+    number: int,
+    statements: Any,
+    firsts: Any,
+    lasts: Any,
+    ready: Any,
+) -> None:
+    workers = [
+        threading.Thread(
+            target=_work,
+            args=(params, number * threads + slot, statements, firsts, lasts, ready),
+        )
+        for slot in range(threads)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
 
 
-def _work(params: dict[str, Any], statements: Any) -> None:
+def _work(
+    params: dict[str, Any], slot: int, statements: Any, firsts: Any, lasts: Any, ready: Any
+) -> None:
     """Claim a batch, "run" it (the jobs are no-ops), complete it; until nothing is left."""
     import psycopg
 
     sent = 0
     with psycopg.connect(**params, autocommit=True) as db:
+        ready.wait()
+        first = last = time.time()
         while True:
             claimed = db.execute(_CLAIM).fetchall()
             sent += 1
             if not claimed:
                 break
+            last = time.time()  # its jobs have run: each one's finish, as django_outbox's
             db.execute(_COMPLETE, [[row[0] for row in claimed]])
             sent += 1
+    firsts[slot], lasts[slot] = first, last
     with statements.get_lock():
         statements.value += sent
 

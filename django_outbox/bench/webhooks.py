@@ -18,7 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox import conf, webhooks
-from django_outbox.bench import pgstats, receiver
+from django_outbox.bench import http_ceiling, pgstats, receiver
 from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
 from django_outbox.webhooks import attempts, signing
 from django_outbox.webhooks.delivery import loader, retry_loader
@@ -79,6 +79,10 @@ class Throughput:
     loop_statements_per_delivery: float
     #: CPU time of the worker processes (all their threads), per delivery.
     worker_cpu_ms_per_delivery: float
+    #: From the first attempt's start to the last one's answer, as the attempt log records
+    #: them (the plain-HTTP ceiling is timed the same way): deliveries per second.
+    attempts_per_s: float = 0.0
+    attempts_seconds: float = 0.0
 
 
 def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Throughput:
@@ -102,9 +106,18 @@ def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) 
     finally:
         counts = server.stop()
     succeeded = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="succeeded").count()
+    logged = list(
+        Attempt.objects.filter(delivery__message__tenant=BENCH_TENANT).values_list(
+            "started_at", "duration"
+        )
+    )
     clean()
     statements = sum(s["statements"] for s in stats)
     cpu = sum(s["cpu_seconds"] for s in stats)
+    window = seconds
+    if logged:
+        first = min(started for started, _ in logged).timestamp()
+        window = max(started.timestamp() + duration for started, duration in logged) - first
     return Throughput(
         total,
         seconds,
@@ -113,7 +126,29 @@ def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) 
         counts["requests"],
         statements / total,
         cpu * 1000 / total,
+        attempts_per_s=succeeded / max(window, 1e-6),
+        attempts_seconds=window,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The plain-HTTP ceiling's run, and what the receiver saw."""
+
+    figures: http_ceiling.HttpCeiling
+    requests: int
+
+
+def ceiling(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Ceiling:
+    """The same deliveries (messages times ``fan_out`` endpoints), POSTed signed to the
+    same receiver by ``processes`` x ``concurrency`` plain HTTP senders (``http_ceiling``)."""
+    total = max(1, deliveries // fan_out) * fan_out  # as many as throughput() sends
+    server = receiver.start()
+    try:
+        figures = http_ceiling.run(server.url, total, fan_out, processes, concurrency)
+    finally:
+        counts = server.stop()
+    return Ceiling(figures, counts["requests"])
 
 
 @dataclass(frozen=True, slots=True)

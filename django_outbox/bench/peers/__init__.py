@@ -16,6 +16,11 @@ __all__ = ["Peer", "PeerDrain", "PeerError", "PeerIdle", "PeerLatency", "all_pee
 
 
 def all_peers() -> list[Peer]:
-    from django_outbox.bench.peers import celery_peer, procrastinate_peer, tasks_db
+    from django_outbox.bench.peers import celery_peer, pgqueuer_peer, procrastinate_peer, tasks_db
 
-    return [tasks_db.TasksDb(), procrastinate_peer.Procrastinate(), celery_peer.Celery()]
+    return [
+        tasks_db.TasksDb(),
+        procrastinate_peer.Procrastinate(),
+        pgqueuer_peer.PgQueuerPeer(),
+        celery_peer.Celery(),
+    ]

@@ -56,6 +56,8 @@ class PeerDrain:
     wal_bytes_per_job: float | None
     #: Redis peers: commands the server processed during the drain, per job.
     redis_commands_per_job: float | None
+    #: How ``seconds`` was measured.
+    timed: str = "from its first job done to its last, polled every 50 ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,11 @@ class PostgresPeer(Peer):
     started_sql = ""
     pickups_sql = ""
     clear_sql = ""
+    #: Seconds from its first job's start to its last one's finish, as its own tables record
+    #: them (as django_outbox's drain is timed); empty: polled, first job done to last.
+    window_sql = ""
+    #: What window_sql reads, for the figures.
+    window = ""
 
     def children(self) -> Children:
         return Children(self.steps, {PG_ENV: pg_conninfo(self.schema)})
@@ -141,12 +148,18 @@ class PostgresPeer(Peer):
             enqueued = children.run("enqueue", str(jobs))
             commits_before, own_before = observer.commits(), observer.statements
             self.start_workers(children, processes, threads, drain=True)
-            clocked = clock_drain(lambda: observer.value(self.done_sql), jobs, children)
+            if self.window_sql:
+                timeout = 120 + jobs / 20  # far slower than any peer: a stuck run
+                done = wait_for(lambda: observer.value(self.done_sql), jobs, children, timeout)
+                clocked = Clocked(max(observer.number(self.window_sql), 1e-6), done, done)
+            else:
+                clocked = clock_drain(lambda: observer.value(self.done_sql), jobs, children)
             children.wait(60)  # they leave once the queue is empty
             commits = observer.commits() - commits_before - (observer.statements - own_before)
             wal = observer.wal() - wal_before
         return drained(self, jobs, processes, threads, enqueued, clocked,
-                       transactions=max(0, commits), wal=wal)  # fmt: skip
+                       transactions=max(0, commits), wal=wal,
+                       timed=self.window or None)  # fmt: skip
 
     def latency(self, jobs: int, gap: float) -> PeerLatency:
         with pg_schema(self.schema) as observer, self.children() as children:
@@ -183,8 +196,10 @@ def drained(
     transactions: float | None = None,
     wal: float | None = None,
     redis_commands: float | None = None,
+    timed: str | None = None,
 ) -> PeerDrain:
-    """A peer's drain figures, the totals made per job."""
+    """A peer's drain figures, the totals made per job; ``timed``: how its seconds were
+    measured, when not polled."""
 
     def per_job(total: float | None) -> float | None:
         return None if total is None else total / jobs
@@ -202,6 +217,7 @@ def drained(
         transactions_per_job=per_job(transactions),
         wal_bytes_per_job=per_job(wal),
         redis_commands_per_job=per_job(redis_commands),
+        **({} if timed is None else {"timed": timed}),
     )
 
 
@@ -242,6 +258,13 @@ class Observer:
         self.statements += 1
         row = self.db.execute(sql).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
+
+    def number(self, sql: str) -> float:
+        self.statements += 1
+        row = self.db.execute(sql).fetchone()
+        if not row or row[0] is None:
+            raise PeerError(f"no figure from {sql!r}")
+        return float(row[0])
 
     def execute(self, sql: str) -> None:
         self.statements += 1

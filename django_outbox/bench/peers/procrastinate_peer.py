@@ -30,6 +30,11 @@ class Procrastinate(PostgresPeer):
         "WHERE d.type = 'deferred'"
     )
     clear_sql = f"DELETE FROM {JOBS}"  # and their events
+    window_sql = (
+        "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
+        f"- min(at) FILTER (WHERE type = 'started')) FROM {EVENTS}"
+    )
+    window = "from its first 'started' event to its last 'succeeded' one (its events table)"
 
     def start_workers(self, children: Children, processes: int, threads: int, drain: bool) -> None:
         # --once: wait=False, leave once caught up with the queue.

@@ -33,6 +33,8 @@ class TasksDb(PostgresPeer):
     started_sql = f"SELECT count(*) FROM {TABLE} WHERE started_at IS NOT NULL"
     pickups_sql = f"SELECT extract(epoch FROM started_at - enqueued_at) * 1000 FROM {TABLE}"
     clear_sql = f"DELETE FROM {TABLE}"
+    window_sql = f"SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM {TABLE}"
+    window = "from its first job's started_at to its last one's finished_at (its results table)"
 
     def children(self) -> Children:
         children = super().children()

@@ -20,7 +20,14 @@ from django.db import connection
 from django.test.utils import override_settings
 
 from django_outbox.bench import ceiling, runworker_report, wakeups
-from django_outbox.bench.drain import DrainFigures, drain
+from django_outbox.bench.drain import (
+    DrainError,
+    DrainFigures,
+    check_worker_dir,
+    default_worker_dir,
+    drain,
+    worker_package,
+)
 from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
 from django_outbox.management.commands.runworker import batch_size, positive_int
@@ -70,12 +77,39 @@ class Command(BaseCommand):
             help="Jobs for each peer to drain (default: --jobs); the slow ones take minutes.",
         )
         drain_parser.add_argument(
+            "--peer-names",
+            type=peer_names,
+            default=None,
+            metavar="NAMES",
+            help=f"With --peers, only these peers (comma-separated, of {', '.join(PEER_NAMES)}).",
+        )
+        drain_parser.add_argument(
+            "--ceiling",
+            action="store_true",
+            help="Drain with the raw-SQL ceiling too (PostgreSQL), round by round, and print the "
+            "ratios, without the peers (--peers does both).",
+        )
+        drain_parser.add_argument(
             "--rounds",
             type=positive_int,
             default=1,
             help="Drain this many times (with --peers, alternating with the raw-SQL ceiling) "
             "and report the best of each and every round's ratio: a drain of a few seconds "
             "on a shared machine varies by a third from one run to the next.",
+        )
+        drain_parser.add_argument(
+            "--forked",
+            action="store_true",
+            help="Fork the workers from this process after the enqueue (the form the figures "
+            "up to 2026-12-03 were measured with) instead of starting runworker processes.",
+        )
+        drain_parser.add_argument(
+            "--worker-dir",
+            type=checkout_dir,
+            default=None,
+            metavar="DIR",
+            help="A checkout of this project whose manage.py starts the runworker processes "
+            "(default: this one), e.g. an older one, for a before/after table on one database.",
         )
         latency_parser = workloads.add_parser(
             "latency",
@@ -210,19 +244,42 @@ class Command(BaseCommand):
             return self.retry_storm(options)
         if options["workload"] == "fanout":
             return self.fanout(options)
-        with_ceiling = options["peers"] and ceiling.available()
+        compared = options["peers"] or options["ceiling"]
+        with_ceiling = compared and ceiling.available()
         drains: list[DrainFigures] = []
         ceilings: list[ceiling.CeilingFigures] = []
-        for _ in range(options["rounds"]):
-            drains.append(
-                drain(
-                    jobs=options["jobs"],
-                    processes=options["processes"],
-                    concurrency=options["concurrency"],
-                    batch_size=options["batch_size"],
-                    queue=options["queue"],
-                )
+        forked, workers_from = options["forked"], options["worker_dir"]
+        package = ""
+        if forked and workers_from is not None:
+            raise CommandError(
+                "--worker-dir names the checkout that starts runworker processes; --forked "
+                "forks this process's own workers instead: use one or the other"
             )
+        try:
+            if not forked:
+                workers_from = workers_from or default_worker_dir()
+                package = worker_package(workers_from)
+                self.results["figures"]["worker_package"] = package
+        except DrainError as exc:
+            raise CommandError(str(exc)) from exc
+        for number in range(options["rounds"]):
+            try:
+                drains.append(
+                    drain(
+                        jobs=options["jobs"],
+                        processes=options["processes"],
+                        concurrency=options["concurrency"],
+                        batch_size=options["batch_size"],
+                        queue=options["queue"],
+                        forked=forked,
+                        worker_dir=workers_from,
+                        # runworker processes start afresh every round, and the warm-up
+                        # is for the database's caches: the first round's is enough.
+                        warm_up=forked or number == 0,
+                    )
+                )
+            except DrainError as exc:
+                raise CommandError(str(exc)) from exc
             if with_ceiling:
                 ceilings.append(
                     ceiling.drain(options["jobs"], options["processes"], options["concurrency"])
@@ -230,6 +287,9 @@ class Command(BaseCommand):
         figures = max(drains, key=lambda f: f.drain_per_s)
         self.results["figures"]["drain"] = asdict(figures)
         rows = figures.rows()
+        if not forked:
+            at = next(i for i, (name, _) in enumerate(rows) if name == "workers")
+            rows.insert(at + 1, ("workers' django_outbox", package))
         if len(drains) > 1:
             self.results["figures"]["drain_rounds"] = [f.drain_per_s for f in drains]
             at = next(i for i, (name, _) in enumerate(rows) if name == "drain")
@@ -237,14 +297,14 @@ class Command(BaseCommand):
                 ("drain (best round)", rows[at][1]),
                 ("drain, each round", ", ".join(f"{f.drain_per_s:,.0f}" for f in drains)),
             ]
-        if options["peers"]:
+        if compared:
             rows += self.ceiling(figures, drains, ceilings)
         width = max(len(name) for name, _ in rows)
         self.stdout.write("outbox_bench drain")
         for name, value in rows:
             self.stdout.write(f"  {name:<{width}}  {value}")
         if options["peers"]:
-            self.peer_drains(options, figures)
+            self.peer_drains(options, figures, statistics.median(f.drain_per_s for f in drains))
 
     def ceiling(
         self,
@@ -269,7 +329,8 @@ class Command(BaseCommand):
         rows = [
             (
                 "raw-SQL ceiling" + (" (best round)" if len(ceilings) > 1 else ""),
-                f"{c.per_s:,.0f} jobs/s ({c.seconds:.2f} s; {c.succeeded:,} succeeded; "
+                f"{c.per_s:,.0f} jobs/s ({c.seconds:.2f} s from its first claim to its last "
+                f"batch run; {c.succeeded:,} succeeded; "
                 f"{c.statements_per_job:.3f} statements per job; "
                 f"{c.wal_bytes_per_job:,.0f} WAL bytes per job; batches of {ceiling.BATCH})",
             ),
@@ -293,18 +354,24 @@ class Command(BaseCommand):
             )
         return rows
 
-    def peer_drains(self, options: dict[str, Any], ours: DrainFigures) -> None:
-        """The same drain by each installed peer, one after the other, and the ratios."""
+    def peer_drains(self, options: dict[str, Any], ours: DrainFigures, rate: float) -> None:
+        """The same drain by each installed peer, one after the other, and the ratios to
+        ``rate``, ours (the median round's, with --rounds)."""
         write = self.stdout.write
         jobs = options["peer_jobs"] or options["jobs"]
         write(
             f"  peers, {jobs:,} jobs each, {ours.processes} x {ours.concurrency} "
-            "(rates from each one's first job done to its last):"
+            "(each timed from its own record of its first job's start to its last one's "
+            "finish, as ours is, where it keeps one; ours / it: our "
+            + ("median round's " if options["rounds"] > 1 else "")
+            + f"{rate:,.0f} jobs/s over its rate):"
         )
         header = f"{'drain jobs/s':>14}{'ours / it':>11}{'enqueue/s':>11}"
         write(f"    {'peer':<16}{header}{'tx/job':>8}{'WAL B/job':>11}{'Redis cmd/job':>15}")
         fastest: tuple[str, float] | None = None
         for peer in all_peers():
+            if options["peer_names"] and peer.name not in options["peer_names"]:
+                continue
             missing = peer.missing()
             if missing is not None:
                 write(f"    {peer.name:<16}not measured: {missing}")
@@ -321,14 +388,14 @@ class Command(BaseCommand):
             if fastest is None or f.per_s > fastest[1]:
                 fastest = (f.peer, f.per_s)
             write(
-                f"    {f.peer:<16}{f.per_s:>14,.0f}{ours.drain_per_s / f.per_s:>10.1f}x"
+                f"    {f.peer:<16}{f.per_s:>14,.0f}{rate / f.per_s:>10.1f}x"
                 f"{f.enqueue_per_s:>11,.0f}{_cell(f.transactions_per_job, '.2f'):>8}"
                 f"{_cell(f.wal_bytes_per_job, ',.0f'):>11}"
                 f"{_cell(f.redis_commands_per_job, '.1f'):>15}"
             )
-            write(f"      {f.how}")
+            write(f"      {f.how}; timed {f.timed}")
         if fastest is not None:
-            ratio = ours.drain_per_s / fastest[1]
+            ratio = rate / fastest[1]
             self.results["figures"]["fastest_peer"] = {"peer": fastest[0], "ratio": ratio}
             write(f"  django_outbox / fastest peer ({fastest[0]}): {ratio:.1f}x")
 
@@ -539,6 +606,12 @@ class Command(BaseCommand):
                 f"worker-loop statements and {t.worker_cpu_ms_per_delivery:.3f} ms of worker "
                 "CPU per delivery)"
             )
+            write(
+                f"    by the attempt log: {t.attempts_per_s:,.0f} deliveries/s from the first "
+                f"attempt's start to the last one's answer ({t.attempts_seconds:.2f} s)"
+            )
+        if "ceiling" in options["parts"]:
+            self.webhooks_ceiling(options)
         if "retries" in options["parts"]:
             r = webhooks.retry_burst(options["retries"], options["concurrency"], options["fan_out"])
             self.results["figures"]["retries"] = asdict(r) | {
@@ -559,8 +632,33 @@ class Command(BaseCommand):
                 wal = "-" if row.wal_bytes_per_send is None else f"{row.wal_bytes_per_send:,.0f}"
                 write(f"  {row.endpoints:>10,}{row.statements_per_send:>18.1f}{wal:>18}")
 
+    def webhooks_ceiling(self, options: dict[str, Any]) -> None:
+        """The plain-HTTP ceiling in the throughput's shape; with the throughput, the ratio."""
+        from django_outbox.bench import webhooks
 
-WEBHOOK_PARTS = ("throughput", "retries", "fanout")
+        c = webhooks.ceiling(
+            options["deliveries"], options["processes"], options["concurrency"], options["fan_out"]
+        )
+        f = c.figures
+        figures = asdict(f) | {"requests": c.requests}
+        self.stdout.write(
+            f"  plain-HTTP ceiling: the same {f.deliveries:,} signed POSTs to the same receiver, "
+            f"{f.processes} processes x {f.threads} threads of httpx's connection pools, "
+            f"nothing else: {f.per_s:,.0f} deliveries/s ({f.seconds:.2f} s from the first "
+            f"request to the last answer; {f.succeeded:,} answered 2xx, {c.requests:,} "
+            f"requests received; {f.cpu_ms_per_delivery:.3f} ms of CPU per delivery)"
+        )
+        ours = self.results["figures"].get("throughput")
+        if ours:
+            figures["ratio"] = ours["attempts_per_s"] / f.per_s
+            self.stdout.write(
+                f"  django_outbox / plain-HTTP ceiling: {figures['ratio']:.0%} (both from the "
+                "first request to the last answer)"
+            )
+        self.results["figures"]["ceiling"] = figures
+
+
+WEBHOOK_PARTS = ("throughput", "ceiling", "retries", "fanout")
 
 #: Options every command has, or that say where the figures go: not the workload's shape.
 _NOT_WORKLOAD_OPTIONS = {
@@ -608,3 +706,25 @@ def settle_seconds(text: str) -> float:
     if value > 600:
         raise argparse.ArgumentTypeError(f"must be at most 600 seconds, got {text}")
     return value
+
+
+def checkout_dir(text: str) -> Path:
+    """``drain --worker-dir``: a directory with a manage.py."""
+    try:
+        return check_worker_dir(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: The peers' names, for --peer-names (all_peers() imports nothing of theirs).
+PEER_NAMES = ("django-tasks-db", "procrastinate", "pgqueuer", "celery")
+
+
+def peer_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PEER_NAMES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"peers are {', '.join(PEER_NAMES)}; not {', '.join(unknown) or repr(text)}"
+        )
+    return names
