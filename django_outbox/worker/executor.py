@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,14 +17,22 @@ from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from django_outbox import telemetry
-from django_outbox.compat import Task, normalize_json, task_finished, task_started
+from django_outbox.compat import (
+    Task,
+    TaskResultStatus,
+    normalize_json,
+    task_finished,
+    task_started,
+)
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
+from django_outbox.jobs.resultids import result_id
 from django_outbox.jobs.results import build_result, resolve_task, task_errors
 from django_outbox.models import JobStatus
 from django_outbox.worker import cancellation
+from django_outbox.worker.observers import heard
 
 
 @lru_cache(maxsize=4096)
@@ -119,10 +128,15 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
     began = time.perf_counter() if measuring else 0.0
     try:
         task = cached_task(job.task_path)
-        result = claimed_job_result(task, job)
-        task_started.send(backend_class(task), task_result=result)
+        if task.takes_context or heard(task_started):
+            result = claimed_job_result(task, job)
+            task_started.send(backend_class(task), task_result=result)
         with telemetry.run_span(
-            job.task_path, job.queue, result.id, job.attempts, job.trace_context
+            job.task_path,
+            job.queue,
+            result.id if result is not None else result_id(job.id, job.token),
+            job.attempts,
+            job.trace_context,
         ):
             outcome = _run(task, job, flag, result)
             telemetry.run_failed(outcome.error)
@@ -200,6 +214,9 @@ def finished_result(task: Task, outcome: Outcome, status: JobStatus) -> Any:
 def send_finished(outcome: Outcome, status: JobStatus) -> None:
     """Send task_finished for a run whose outcome is stored and final (``status``). A task
     path that no longer imports has no TaskResult to send: the job row says it all."""
+    failed = status.task_status == TaskResultStatus.FAILED
+    if not heard(task_finished, logging.ERROR if failed else logging.INFO):
+        return
     try:
         task = cached_task(outcome.job.task_path)
     except Exception:

@@ -77,6 +77,12 @@ class Pool:
         return len(self._started)
 
     def submit(self, job: ClaimedJob) -> None:
+        self.submit_all([job])
+
+    def submit_all(self, jobs: list[ClaimedJob]) -> None:
+        """Queue a claimed batch: one lock and one wake-up for the lot, not one per job."""
+        if not jobs:
+            return
         with self._lock:
             if not self._threads:
                 # Daemon threads: one stuck in a job that never returns must not keep the
@@ -87,9 +93,10 @@ class Pool:
                 ]
                 for thread in self._threads:
                     thread.start()
-            self._pending[job.id] = job
-            self._waiting.append(job)
-            self._work.notify()
+            for job in jobs:
+                self._pending[job.id] = job
+            self._waiting.extend(jobs)
+            self._work.notify(len(jobs))
 
     def _serve(self) -> None:
         """One thread: take the next waiting job and run it, until the pool closes."""

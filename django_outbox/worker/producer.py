@@ -157,8 +157,7 @@ class Producer:
             self._look = True
             return 0
         jobs = batch.jobs
-        for job in jobs:
-            self.pool.submit(job)
+        self.pool.submit_all(jobs)
         self.stats.claimed += len(jobs)
         if jobs:
             self._due_unknown = True
