@@ -6,7 +6,7 @@ expired and was taken back is not overwritten by a late result.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -194,20 +194,11 @@ def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> 
     if connection.vendor == "postgresql":
         return _update_joined(connection, worker_id, outcomes, values)
     quote = connection.ops.quote_name
-    assignments: list[str] = []
-    params: list[Any] = []
-    for name, value in values.items():
-        if isinstance(value, PerJob):
-            value = per_row(connection.alias, value.pairs, value.kind)
-        name_sql = quote(column(Job, name))
-        if isinstance(value, RawSQL):
-            assignments.append(f"{name_sql} = {value.sql}")
-            params += value.params
-        elif value is None:
-            assignments.append(f"{name_sql} = NULL")
-        else:
-            assignments.append(f"{name_sql} = %s")
-            params.append(str(value))
+    assignments, params = _assignments(
+        connection,
+        values,
+        lambda values: per_row(connection.alias, values.pairs, values.kind),
+    )
     ids, ids_params = among(connection.alias, "id", [o.job.id for o in outcomes])
     attempts = per_row(connection.alias, [(o.job.id, o.job.attempts) for o in outcomes], "int")
     sql = (
@@ -233,28 +224,18 @@ def _update_joined(
     ids = [o.job.id for o in outcomes]
     arrays: list[Any] = [array_literal(ids), array_literal([o.job.attempts for o in outcomes])]
     types, names = ["bigint", "integer"], ["_id", "_attempts"]
-    assignments: list[str] = []
-    params: list[Any] = []
-    for name, value in values.items():
-        name_sql = quote(column(Job, name))
-        if isinstance(value, PerJob):
-            by_id = dict(value.pairs)
-            array, element = postgres_array(
-                connection.alias, [by_id.get(pk, NO_VALUE) for pk in ids], value.kind
-            )
-            alias = f"_v{len(names)}"
-            arrays.append(array)
-            types.append(element)
-            names.append(alias)
-            assignments.append(f"{name_sql} = v.{alias}")
-        elif isinstance(value, RawSQL):
-            assignments.append(f"{name_sql} = {value.sql}")
-            params += value.params
-        elif value is None:
-            assignments.append(f"{name_sql} = NULL")
-        else:
-            assignments.append(f"{name_sql} = %s")
-            params.append(str(value))
+
+    def column_of_values(values: PerJob) -> RawSQL:
+        by_id = dict(values.pairs)
+        array, element = postgres_array(
+            connection.alias, [by_id.get(pk, NO_VALUE) for pk in ids], values.kind
+        )
+        arrays.append(array)
+        types.append(element)
+        names.append(f"_v{len(names)}")
+        return RawSQL(f"v.{names[-1]}", [])
+
+    assignments, params = _assignments(connection, values, column_of_values)
     unnest = ", ".join(f"%s::{element}[]" for element in types)
     sql = (
         f"UPDATE {table} SET {', '.join(assignments)} "
@@ -266,6 +247,28 @@ def _update_joined(
         cursor.execute(sql, [*params, *arrays, worker_id])
         count: int = cursor.rowcount
     return count
+
+
+def _assignments(
+    connection: Any, values: dict[str, Any], per_job: Callable[[PerJob], RawSQL]
+) -> tuple[list[str], list[Any]]:
+    """The SET list of ``values`` and its parameters; ``per_job`` writes a PerJob as SQL."""
+    quote = connection.ops.quote_name
+    assignments: list[str] = []
+    params: list[Any] = []
+    for name, value in values.items():
+        if isinstance(value, PerJob):
+            value = per_job(value)
+        name_sql = quote(column(Job, name))
+        if isinstance(value, RawSQL):
+            assignments.append(f"{name_sql} = {value.sql}")
+            params += value.params
+        elif value is None:
+            assignments.append(f"{name_sql} = NULL")
+        else:
+            assignments.append(f"{name_sql} = %s")
+            params.append(str(value))
+    return assignments, params
 
 
 def _per_job(outcomes: list[Outcome], value: Any, kind: str) -> PerJob:
