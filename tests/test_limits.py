@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext, override_settings
 
-from django_outbox.jobs.claim import claim
+from django_outbox.jobs.claim import claim, claim_batch
 from django_outbox.models import Job, JobStatus
 from tests import tasks
 from tests.conftest import wait_until
@@ -34,6 +34,20 @@ def test_a_claim_takes_no_more_than_the_queues_limit_leaves_room_for():
     done = next(job for job in first if job.queue == "limited")
     Job.objects.filter(pk=done.id).update(status=JobStatus.SUCCEEDED)
     assert len(claim("w2", ["limited"], 10, 30)) == 1  # one finished: room for one
+
+
+@pytest.mark.django_db
+@override_settings(**LIMITED)
+def test_a_worker_takes_no_more_slots_than_it_has_idle_threads():
+    """A slot goes to a job that starts now, not to one that would wait in a busy worker
+    while a worker elsewhere idles."""
+    for _ in range(5):
+        tasks.add.using(queue_name="limited").enqueue(1, 2)
+    tasks.add.enqueue(1, 2)
+    one_thread = claim_batch("w1", ["default", "limited"], 10, 30, rated_room=1).jobs
+    assert sorted(job.queue for job in one_thread) == ["default", "limited"]
+    # The limit's second slot is left for another worker with a free thread.
+    assert len(claim("w2", ["limited"], 10, 30)) == 1
 
 
 @pytest.mark.django_db

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from django_outbox.wake import Wake, notify
 from django_outbox.wake.notify import Coalescer
 from django_outbox.wake.postgres import PostgresWaker, channel_for
 from django_outbox.wake.redis import RedisWaker, key_for
+from django_outbox.worker import Worker
 from django_outbox.worker.completer import Completer
 from django_outbox.worker.database import Database
 from django_outbox.worker.inbox import Inbox
@@ -186,29 +188,43 @@ def completer_for(limited: set[str], requeued: list, freed: list) -> Completer:
     )
 
 
-def test_a_run_of_a_limited_queue_is_written_at_once_and_its_queue_signalled():
+def test_a_run_of_a_limited_queue_is_written_at_once_and_its_slot_reported():
+    freed: list = []
+    completer = completer_for({"limited"}, [], freed)
+    tasks.noop.enqueue()
+    tasks.noop.using(queue_name="limited").enqueue()
+    jobs = claim("w-completer", ["default", "limited"], 2, 30)
+    by_queue = {job.queue: job for job in jobs}
+
+    completer.add([Outcome(by_queue["default"], succeeded=True)])
+    completer.flush_if_due(enough=10, running=1, stopping=False)
+    assert completer.unflushed  # lingers: more outcomes may join it
+    completer.add([Outcome(by_queue["limited"], succeeded=True)])
+    completer.flush_if_due(enough=10, running=1, stopping=False)
+    assert not completer.unflushed  # written at once: its slot is free
+    assert Job.objects.get(pk=by_queue["limited"].id).status == JobStatus.SUCCEEDED
+    assert Job.objects.get(pk=by_queue["default"].id).status == JobStatus.SUCCEEDED
+    assert freed == [{"limited": 1}]
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_freed_slot_is_taken_here_or_signalled_to_other_workers(busy):
+    """A worker with room takes the slot itself and signals nobody (all the others would
+    queue for the queue's lock); a worker without room signals the others."""
     recording = Recording()
     notify._coalescers["default"] = Coalescer(recording)
+    worker = Worker(queues=["slow", "limited"], concurrency=1, batch_size=1)
     try:
-        freed: list = []
-        completer = completer_for({"limited"}, [], freed)
-        tasks.noop.enqueue()
-        tasks.noop.using(queue_name="limited").enqueue()
-        jobs = claim("w-completer", ["default", "limited"], 2, 30)
-        by_queue = {job.queue: job for job in jobs}
+        if busy:
+            tasks.record_run.enqueue("busy", seconds=0.5)
+            worker.producer.refill()
+            assert not worker.producer.has_room
         recording.sent.clear()
-
-        completer.add([Outcome(by_queue["default"], succeeded=True)])
-        completer.flush_if_due(enough=10, running=1, stopping=False)
-        assert completer.unflushed  # lingers: more outcomes may join it
-        completer.add([Outcome(by_queue["limited"], succeeded=True)])
-        completer.flush_if_due(enough=10, running=1, stopping=False)
-        assert not completer.unflushed  # written at once: its slot is free
-        assert Job.objects.get(pk=by_queue["limited"].id).status == JobStatus.SUCCEEDED
-        assert Job.objects.get(pk=by_queue["default"].id).status == JobStatus.SUCCEEDED
-        assert freed == [{"limited"}]
-        assert [set(queues) for _at, queues in recording.sent] == [{"limited"}]
+        worker._slots_freed(Counter({"limited": 1}))
+        sent = [set(queues) for _at, queues in recording.sent]
+        assert sent == ([{"limited"}] if busy else [])
     finally:
+        worker.pool.shutdown()
         notify.reset()
 
 

@@ -124,8 +124,10 @@ def claim_batch(
     left unused go back). The other queues are claimed together, as before, without either.
     Should a later statement fail, the jobs the earlier ones claimed are returned, not lost.
 
-    ``rated_room``: most jobs to take from rate-limited queues (a worker passes its idle
-    threads, so the jobs a rate lets through start when claimed, not later all at once).
+    ``rated_room``: most jobs to take from limited queues, together (a worker passes its
+    idle threads, so that the jobs a rate lets through start when claimed, not later all at
+    once, and a slot of a concurrency-limited queue goes to a job that starts now, not to
+    one that waits in this worker behind the others while a worker elsewhere idles).
     """
     if limit < 1 or not queues:
         return Claimed([])
@@ -145,7 +147,7 @@ def claim_batch(
         if len(rows) >= limit:
             break
         room = limit - len(rows)
-        if queue in rates and rated_room is not None:
+        if rated_room is not None:
             room = min(room, rated_room - rated_taken)
             if room < 1:
                 continue
@@ -167,8 +169,7 @@ def claim_batch(
             logger.warning("claim of limited queue %s failed; keeping what was claimed", queue)
             break
         rows += got
-        if queue in rates:
-            rated_taken += len(got)
+        rated_taken += len(got)
         if wait is not None:
             waits.append(wait)
     if free and len(rows) < limit:

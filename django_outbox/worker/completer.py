@@ -2,26 +2,25 @@
 
 Outcomes gather for up to FLUSH_LINGER_SECONDS, so one UPDATE carries many even when jobs
 finish one by one; results become visible that much later, never lost. A run of a queue with
-a concurrency limit is written at once, and its queue signalled: its slot is free, and the
-next waiting job must not wait for the linger, nor for the stalled check of another worker.
+a concurrency limit is written at once: its slot is free, and the next waiting job must not
+wait for the linger (the worker then takes the slot, or signals others to: see loop.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
 from django.db import Error as DatabaseErrors
-from django.utils import timezone
 
 from django_outbox import telemetry
 from django_outbox.exceptions import ResultNotStored
 from django_outbox.jobs import complete, leases
 from django_outbox.jobs.complete import Outcome
 from django_outbox.models import JobStatus
-from django_outbox.wake import notify
 from django_outbox.worker.database import Database
 from django_outbox.worker.executor import error_record, send_finished
 from django_outbox.worker.stats import WorkerStats
@@ -41,7 +40,7 @@ class Completer:
         lease_seconds: float,
         limited_queues: set[str],
         requeued: Callable[[datetime, bool], None],
-        freed: Callable[[set[str]], None],
+        freed: Callable[[Counter[str]], None],
     ) -> None:
         self.worker_id = worker_id
         self.db = db
@@ -52,7 +51,7 @@ class Completer:
         #: Called with the time a job this worker put back falls due, and whether a rate
         #: limit held it (the producer looks again then).
         self.requeued = requeued
-        #: Called with the limited queues whose slots the last write freed.
+        #: Called with the slots the last write freed, per limited queue.
         self.freed = freed
         self.unflushed: list[Outcome] = []
         self.to_release: list[int] = []
@@ -115,10 +114,10 @@ class Completer:
                 len(batch) - stored,
                 len(batch),
             )
-        freed = {o.job.queue for o in batch} & self.limited_queues
-        if freed:
-            notify.notify_on_commit([(queue, timezone.now()) for queue in freed], self.db.alias)
-            self.freed(freed)
+        if self.limited_queues:
+            freed = Counter(o.job.queue for o in batch if o.job.queue in self.limited_queues)
+            if freed:
+                self.freed(freed)
         for outcome in batch:
             self._record(outcome)
 

@@ -18,8 +18,10 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 
 from django.db import connections, router
+from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_outbox import conf
@@ -27,7 +29,7 @@ from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
 from django_outbox.models import Job
-from django_outbox.wake import Waker, build_waker
+from django_outbox.wake import Waker, build_waker, notify
 from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker import cancellation
 from django_outbox.worker.completer import Completer
@@ -124,7 +126,7 @@ class Worker:
             settings.LEASE_SECONDS,
             limited_queues=set(settings.concurrency_limits(self.queues)),
             requeued=self.producer.requeued,
-            freed=lambda _queues: self.producer.look_now(),
+            freed=self._slots_freed,
         )
         self.maintenance = Maintenance(
             worker_id=self.id,
@@ -205,6 +207,15 @@ class Worker:
         if not isinstance(self.waker, PollingWaker):
             self._listener = Listener(self.waker, self.inbox, self._stop)
             self._listener.start()
+
+    def _slots_freed(self, freed: Counter[str]) -> None:
+        """Slots of limited queues came free. This worker takes as many as it has idle
+        threads, at once; the other workers serving those queues are signalled only for
+        slots it cannot take (signalling them all would have them all queue up for the
+        queue's lock)."""
+        self.producer.look_now()
+        if sum(freed.values()) > self.producer.idle_threads:
+            notify.notify_on_commit([(queue, timezone.now()) for queue in freed], self.alias)
 
     # -- the loop --------------------------------------------------------------------
 

@@ -110,11 +110,22 @@ class Producer:
         return self.settings.POLL_INTERVAL
 
     @property
-    def has_room(self) -> bool:
+    def room(self) -> int:
+        """How many jobs the next claim may take: the batch less the jobs in hand, while
+        they are no more than the threads (threads stuck in timed-out jobs count as busy)."""
         in_flight = self.pool.in_flight + self.pool.stuck
-        if self.pool.stuck >= self.concurrency:
-            return False
-        return in_flight < self.claim_size and in_flight <= self.concurrency
+        if self.pool.stuck >= self.concurrency or in_flight > self.concurrency:
+            return 0
+        return max(0, self.claim_size - in_flight)
+
+    @property
+    def idle_threads(self) -> int:
+        """Threads free to start a job now: how many jobs of limited queues a claim takes."""
+        return max(0, self.concurrency - self.pool.in_flight - self.pool.stuck)
+
+    @property
+    def has_room(self) -> bool:
+        return self.room > 0
 
     def due_at(self) -> float:
         """When the producer wants the loop back (monotonic; inf: only for news)."""
@@ -138,9 +149,7 @@ class Producer:
         now = time.monotonic()
         if not self._look and now < self._next_look:
             return 0
-        # Threads still stuck in timed-out jobs are busy too: count them as in flight.
-        in_flight = self.pool.in_flight + self.pool.stuck
-        want = self.claim_size - in_flight
+        want = self.room
         # Cleared before the claim: a signal that arrives during it asks for another look.
         self._look = False
         batch = self.db.run(
@@ -150,7 +159,7 @@ class Producer:
                 want,
                 self.settings.LEASE_SECONDS,
                 self.backend,
-                rated_room=max(0, self.concurrency - in_flight),
+                rated_room=self.idle_threads,
             )
         )
         if batch is None:  # the database is away: look again once it may be back
