@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from django_outbox.bench import latency as pickup
+from django_outbox.bench.arguments import whole_numbers
 from django_outbox.bench.limited import TARGET_RATIO, default_deadline
 from django_outbox.bench.limited import limited as drain_limited
 from django_outbox.bench.runworkers import PROJECT_DIR, WorkerStartError, check_worker_dir
@@ -26,15 +27,7 @@ from django_outbox.management.commands.runworker import seconds as seconds_arg
 
 
 def concurrency_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a comma-separated list of thread counts, not {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"thread counts must be at least 1: {text!r}")
-    return values
+    return whole_numbers(text, "thread counts", "thread counts must be at least 1")
 
 
 def enqueue_list(text: str) -> list[str]:

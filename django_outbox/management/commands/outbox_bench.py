@@ -20,6 +20,7 @@ from django.db import connection
 from django.test.utils import override_settings
 
 from django_outbox.bench import ceiling, runworker_report, wakeups
+from django_outbox.bench.arguments import names, whole_numbers
 from django_outbox.bench.drain import (
     DrainError,
     DrainFigures,
@@ -680,25 +681,11 @@ def _cell(value: float | None, spec: str) -> str:
 
 
 def size_list(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a comma-separated list of numbers, not {text!r}"
-        ) from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"sizes must be whole numbers of at least 1: {text!r}")
-    return sizes
+    return whole_numbers(text, "numbers", "sizes must be whole numbers of at least 1")
 
 
 def part_list(text: str) -> list[str]:
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [part for part in parts if part not in WEBHOOK_PARTS]
-    if not parts or unknown:
-        raise argparse.ArgumentTypeError(
-            f"parts are {', '.join(WEBHOOK_PARTS)}; not {', '.join(unknown) or repr(text)}"
-        )
-    return parts
+    return names(text, WEBHOOK_PARTS, "parts")
 
 
 def settle_seconds(text: str) -> float:
@@ -721,10 +708,4 @@ PEER_NAMES = ("django-tasks-db", "procrastinate", "pgqueuer", "celery")
 
 
 def peer_names(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in PEER_NAMES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"peers are {', '.join(PEER_NAMES)}; not {', '.join(unknown) or repr(text)}"
-        )
-    return names
+    return names(text, PEER_NAMES, "peers")
