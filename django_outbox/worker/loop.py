@@ -265,7 +265,7 @@ class Worker:
 
     def _burst_done(self) -> bool:
         """A burst worker with nothing in hand: leave, or wait for what is still due."""
-        self.producer.forget_timer()
+        self.producer.look_now()  # once more, whatever the timer says
         if self.producer.refill():
             return False
         now = time.monotonic()

@@ -76,9 +76,6 @@ class Pool:
     def running(self) -> int:
         return len(self._started)
 
-    def submit(self, job: ClaimedJob) -> None:
-        self.submit_all([job])
-
     def submit_all(self, jobs: list[ClaimedJob]) -> None:
         """Queue a claimed batch: one lock and one wake-up for the lot, not one per job."""
         if not jobs:

@@ -135,10 +135,6 @@ class Producer:
             return self.db.ok_after
         return max(self._next_look, self.db.ok_after)
 
-    def forget_timer(self) -> None:
-        """Look once more now, whatever the timer says (a burst worker's last look)."""
-        self._look = True
-
     # -- claiming ------------------------------------------------------------------------
 
     def refill(self) -> int:
