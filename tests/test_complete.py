@@ -91,3 +91,37 @@ def test_array_literals_carry_numbers_times_and_nulls_exactly():
         )
         stored_times, stored_ids = cursor.fetchone()
     assert stored_times == times and stored_ids == [2**40, None]
+
+
+TRICKY_VALUES = [
+    'a "quoted" word, a back\\slash, {braces} and a comma',
+    "é ✓ \U0001f600 and a tab\t and a newline\n",
+    None,  # the JSON null
+    {"nested": ["x", 1, 2.5, True, None], "quote": '"', "backslash": "\\"},
+    "NULL",
+    "",
+]
+
+
+def test_per_job_json_and_text_reach_the_row_exactly(job_factory):
+    """Per-job values go to PostgreSQL as one quoted array literal: quotes, backslashes,
+    braces, commas and the word NULL must come back as they went in."""
+    job_factory.create_batch(len(TRICKY_VALUES))
+    claimed = claim("w1", ["default"], len(TRICKY_VALUES), 30)
+    outcomes = [
+        Outcome(job, succeeded=True, return_value=value)
+        for job, value in zip(claimed, TRICKY_VALUES, strict=True)
+    ]
+    assert complete("w1", outcomes) == len(TRICKY_VALUES)
+    stored = dict(
+        Job.objects.filter(pk__in=[j.id for j in claimed]).values_list("id", "return_value")
+    )
+    assert [stored[j.id] for j in claimed] == TRICKY_VALUES
+    if connection.vendor != "postgresql":
+        return
+    from django_outbox.jobs.rowvalues import NO_VALUE, postgres_array
+
+    texts, _ = postgres_array(connection.alias, [*map(str, TRICKY_VALUES), None, NO_VALUE], "text")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [texts])
+        assert cursor.fetchone()[0] == [*map(str, TRICKY_VALUES), None, None]

@@ -8,6 +8,7 @@ webhook attempts) run it for every batch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -70,13 +71,33 @@ def postgres_array(using: str, values: Sequence[Any], kind: str) -> tuple[Any, s
 
     None stays SQL NULL, except in JSON, where it is the JSON null, as the ORM has it;
     NO_VALUE is SQL NULL in every kind."""
+    if kind == "json":  # the ORM's JSONField writes json.dumps() of the value
+        texts = [None if v is NO_VALUE else json.dumps(v) for v in values]
+        return quoted_array_literal(texts), _POSTGRES_CAST[kind]
+    if kind == "text":
+        texts = [None if v is NO_VALUE or v is None else str(v) for v in values]
+        return quoted_array_literal(texts), _POSTGRES_CAST[kind]
     adapt = _adapter(using, kind)
-    adapted: Any = [
-        None if v is NO_VALUE or (v is None and kind != "json") else adapt(v) for v in values
-    ]
-    if kind in ("int", "datetime"):
-        adapted = array_literal(adapted)
-    return adapted, _POSTGRES_CAST[kind]
+    adapted = [None if v is NO_VALUE or v is None else adapt(v) for v in values]
+    return array_literal(adapted), _POSTGRES_CAST[kind]
+
+
+def quoted_array_literal(texts: Sequence[str | None]) -> str:
+    """A PostgreSQL array of texts (None: NULL), each element quoted and escaped, in its
+    text form: ``{"a","b \\"c\\"",NULL}``. psycopg would dump a list of values element by
+    element in Python; this is a few string methods in C for the whole batch."""
+    return (
+        "{"
+        + ",".join(
+            [
+                "NULL"
+                if text is None
+                else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                for text in texts
+            ]
+        )
+        + "}"
+    )
 
 
 def _adapter(using: str, kind: str) -> Any:
