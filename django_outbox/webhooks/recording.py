@@ -28,9 +28,6 @@ from django_outbox.webhooks.policy import Decision, Verdict
 
 logger = logging.getLogger("django_outbox.webhooks")
 
-#: Longest a finished attempt waits for others to be written with it.
-LINGER_SECONDS = 0.02
-
 _STATUS = {
     Verdict.SUCCEEDED: DeliveryStatus.SUCCEEDED,
     Verdict.RETRY: DeliveryStatus.PENDING,
