@@ -1,23 +1,23 @@
 """Gathering calls made at the same time on different threads into one batch.
 
 Deliveries run on the worker's threads, one each. When several run at once, their lookups
-(and their writes) go to the database as one statement. Two ways to gather:
-
-- **Group commit** (no ``wait``): a caller that finds no batch running runs its own at
-  once; callers that arrive while a batch runs gather into the next one, which runs as
-  soon as the running one ends. A lone caller never waits, and batches grow with the load:
-  under many threads each statement carries what arrived during the one before.
-- **A gathering wait** (``wait``): the first caller of a batch waits up to ``wait`` for
-  others (or until the batch is full), then runs it. For calls that arrive one by one,
-  such as retries falling due at jittered times, which group commit would run one each.
+(and their writes) go to the database as one statement: the first caller of a batch waits
+while others keep arriving, and runs the batch for all once it is full, once a short lull
+says no one else is coming, or once the longest wait is over. A lone caller waits only
+for the lull.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+#: No newcomer for this long ends the gathering: the threads a claim started arrive
+#: within a millisecond or two of each other.
+LULL_SECONDS = 0.005
 
 Key = TypeVar("Key")
 Value = TypeVar("Value")
@@ -26,6 +26,7 @@ Value = TypeVar("Value")
 @dataclass
 class _Batch(Generic[Key]):
     keys: list[Key] = field(default_factory=list)
+    arrived: threading.Event = field(default_factory=threading.Event)
     full: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     results: list[Any] = field(default_factory=list)
@@ -36,23 +37,22 @@ class Batcher(Generic[Key, Value]):
     """``submit(key)`` blocks until ``run(keys)`` has run for the batch holding ``key``.
 
     ``run`` returns one value per key, in order; if it raises, every caller in the batch
-    gets the exception (each then deals with it on its own). A batch holds at most
-    ``size()`` keys. ``wait`` None: group commit, one run at a time; else the first caller
-    gathers for up to ``wait()`` seconds.
+    gets the exception (each then deals with it on its own). ``lull`` None: gather for the
+    whole ``wait`` unless the batch fills.
     """
 
     def __init__(
         self,
         run: Callable[[list[Key]], Sequence[Value]],
         size: Callable[[], int],
-        wait: Callable[[], float] | None = None,
+        wait: Callable[[], float],
+        lull: float | None = LULL_SECONDS,
     ) -> None:
         self._run = run
         self._size = size
         self._wait = wait
+        self._lull = lull
         self._lock = threading.Lock()
-        #: Held while a group-commit batch runs.
-        self._running = threading.Lock()
         self._open: _Batch[Key] | None = None
         #: Batches run so far (benchmarks and tests read it).
         self.batches = 0
@@ -60,6 +60,7 @@ class Batcher(Generic[Key, Value]):
     def submit(self, key: Key) -> Value:
         with self._lock:
             batch = self._open
+            leader = batch is None
             if batch is None:
                 batch = self._open = _Batch()
             position = len(batch.keys)
@@ -67,32 +68,35 @@ class Batcher(Generic[Key, Value]):
             if len(batch.keys) >= self._size():
                 self._open = None  # full: the next caller starts another
                 batch.full.set()
-        if position:
+            batch.arrived.set()
+        if not leader:
             batch.done.wait()
-        elif self._wait is None:
-            with self._running:  # the batch before this one runs: keep gathering meanwhile
-                self._close(batch)
-                self._lead(batch)
         else:
-            batch.full.wait(self._wait())
-            self._close(batch)
-            self._lead(batch)
+            self._gather(batch)
+            try:
+                batch.results = list(self._run(batch.keys))
+            except BaseException as exc:
+                batch.error = exc
+            finally:
+                self.batches += 1
+                batch.done.set()
         if batch.error is not None:
             raise batch.error
         value: Value = batch.results[position]
         return value
 
-    def _close(self, batch: _Batch[Key]) -> None:
-        """No one joins ``batch`` from now on: the next caller starts another."""
+    def _gather(self, batch: _Batch[Key]) -> None:
+        deadline = time.monotonic() + self._wait()
+        while not batch.full.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if self._lull is None:
+                batch.full.wait(left)
+                break
+            batch.arrived.clear()
+            if not batch.arrived.wait(min(self._lull, left)):
+                break  # a lull: no one else is coming
         with self._lock:
             if self._open is batch:
                 self._open = None
-
-    def _lead(self, batch: _Batch[Key]) -> None:
-        try:
-            batch.results = list(self._run(batch.keys))
-        except BaseException as exc:
-            batch.error = exc
-        finally:
-            self.batches += 1
-            batch.done.set()

@@ -48,10 +48,11 @@ def load_first(delivery_ids: list[int]) -> list[Loaded | None]:
     return [Loaded(found[i], None) if i in found else None for i in delivery_ids]
 
 
-#: First attempts gather while a lookup runs (group commit): the deliveries one claim
-#: started arrive together, and a lone one is looked up at once.
+#: First attempts gather until a lull: the deliveries one claim started arrive together.
 loader: Batcher[int, Loaded | None] = Batcher(
-    load_first, size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE
+    load_first,
+    size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
+    wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
 )
 #: Retries fall due one by one (their delays are jittered): they gather for the whole
 #: LOOKUP_BATCH_WAIT_MS, so retries running at about the same time share one lookup.
@@ -59,11 +60,16 @@ retry_loader: Batcher[int, Loaded | None] = Batcher(
     load,
     size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE,
     wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
+    lull=None,
 )
-#: Finished attempts gather while a write runs (group commit): under load each write
-#: carries the answers that came back during the one before, and no answer waits for
-#: others to arrive.
-recorder: Batcher[recording.Record, None] = Batcher(recording.write, size=lambda: 100)
+#: Finished attempts gather for the whole linger: answers come back spread out, and a lull
+#: ended their batches at two or three records.
+recorder: Batcher[recording.Record, None] = Batcher(
+    recording.write,
+    size=lambda: 100,
+    wait=lambda: recording.LINGER_SECONDS,
+    lull=None,
+)
 
 
 @dataclass(frozen=True, slots=True)

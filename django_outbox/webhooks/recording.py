@@ -28,6 +28,9 @@ from django_outbox.webhooks.policy import Decision, Verdict
 
 logger = logging.getLogger("django_outbox.webhooks")
 
+#: Longest a finished attempt waits for others to be written with it.
+LINGER_SECONDS = 0.02
+
 _STATUS = {
     Verdict.SUCCEEDED: DeliveryStatus.SUCCEEDED,
     Verdict.RETRY: DeliveryStatus.PENDING,
