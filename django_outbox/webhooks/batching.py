@@ -5,6 +5,11 @@ Deliveries run on the worker's threads, one each. When several run at once, thei
 while others keep arriving, and runs the batch for all once it is full, once a short lull
 says no one else is coming, or once the longest wait is over. A lone caller waits only
 for the lull.
+
+Why wait at all, rather than run at once and gather only while a batch runs (group
+commit)? A batch's statements hold the GIL while they are built and their results read,
+so few callers get anywhere while one runs: batches stayed at two or three, and their
+fixed cost per call tripled (a third of the deliveries per second, measured).
 """
 
 from __future__ import annotations
