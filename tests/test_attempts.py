@@ -88,3 +88,27 @@ def test_the_lookup_uses_the_delivery_started_index_on_postgresql():
         cursor.execute("SET enable_seqscan = off")
     query = Attempt.objects.filter(delivery_id__in=[d.pk for d in batch], started_at__gte=now)
     assert "outbox_attempt_latest" in query.explain()
+
+
+def test_a_batch_of_attempts_is_written_exactly_as_given():
+    """The attempt log's batched INSERT (one array per column on PostgreSQL) keeps every
+    value: quotes, backslashes, braces, commas, the word NULL, None, floats and booleans."""
+    from django_outbox.jobs.inserts import insert_rows
+    from django_outbox.webhooks.recording import _ATTEMPT_FIELDS
+
+    delivery = deliveries(1)[0]
+    now = timezone.now()
+    rows = [
+        (delivery.pk, 1, now, 0.25, True, 200, {"x-a": 'say "hi", {ok}'}, "ok\\done", "", ""),
+        (delivery.pk, 2, now, 1e-06, False, None, {}, "", "ConnectError", "NULL"),
+        (delivery.pk, 3, now, 12.5, False, 500, {"k": "NULL", "v": "\\"}, '{"a": [1]}', "", "é ✓"),
+    ]
+    ids = insert_rows(Attempt, _ATTEMPT_FIELDS, rows)
+    stored = Attempt.objects.in_bulk(ids)
+    for pk, row in zip(ids, rows, strict=True):
+        attempt = stored[pk]
+        got = tuple(
+            attempt.delivery_id if name == "delivery" else getattr(attempt, name)
+            for name in _ATTEMPT_FIELDS
+        )
+        assert got == row

@@ -14,6 +14,7 @@ from django.db import connections, router
 from django.db.models import Model
 
 from django_outbox.jobs.returning import column
+from django_outbox.jobs.rowvalues import any_array_literal
 
 
 def insert_rows(
@@ -42,10 +43,11 @@ def insert_rows(
     params: list[Any] = []
     if connection.vendor == "postgresql":
         # One array per column: the same statement text for any number of rows, which
-        # psycopg converts once (a VALUES list of N rows is a new text to parse each time).
+        # psycopg converts once (a VALUES list of N rows is a new text to parse each time),
+        # each written as its text form at once (psycopg would quote element by element).
         arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
         sql = f"{into}SELECT * FROM unnest({arrays}) RETURNING {pk}"
-        params = [list(values) for values in zip(*prepared, strict=True)]
+        params = [any_array_literal(values) for values in zip(*prepared, strict=True)]
     else:
         placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
         sql = f"{into}VALUES {', '.join([placeholders] * len(rows))} RETURNING {pk}"

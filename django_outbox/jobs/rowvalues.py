@@ -82,6 +82,27 @@ def postgres_array(using: str, values: Sequence[Any], kind: str) -> tuple[Any, s
     return array_literal(adapted), _POSTGRES_CAST[kind]
 
 
+def any_array_literal(values: Sequence[Any]) -> str:
+    """Values as prepared for the database (numbers, booleans, times, texts, psycopg's
+    Json wrappers, None) as one PostgreSQL array literal, each element in its text form:
+    for a column of a multi-row INSERT sent as an array."""
+    return quoted_array_literal([None if value is None else _text_form(value) for value in values])
+
+
+def _text_form(value: Any) -> str:
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (str, int)):
+        return str(value)
+    if hasattr(value, "obj") and hasattr(value, "dumps"):  # psycopg's Json and Jsonb
+        return str((value.dumps or json.dumps)(value.obj))
+    raise TypeError(f"no array text form for {value!r}")
+
+
 def quoted_array_literal(texts: Sequence[str | None]) -> str:
     """A PostgreSQL array of texts (None: NULL), each element quoted and escaped, in its
     text form: ``{"a","b \\"c\\"",NULL}``. psycopg would dump a list of values element by
