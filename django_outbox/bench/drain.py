@@ -202,13 +202,20 @@ class Ran:
     peak_rss_kb: int
 
 
-def run_runworker(options: WorkerOptions, processes: int, worker_dir: Path, timeout: float) -> Ran:
-    """``python manage.py runworker --burst …`` in ``worker_dir``, until it exits."""
+def run_runworker(
+    options: WorkerOptions,
+    processes: int,
+    worker_dir: Path,
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> Ran:
+    """``python manage.py runworker --burst …`` in ``worker_dir``, until it exits; ``env``:
+    its environment (by default ``worker_environment()``)."""
     argv = [sys.executable, "manage.py", "runworker", "--burst", "--queues", *options.queues]
     argv += ["--processes", str(processes), "--concurrency", str(options.concurrency)]
     if options.batch_size:
         argv += ["--batch-size", str(options.batch_size)]
-    env = worker_environment()
+    env = env or worker_environment()
     with tempfile.TemporaryFile() as log:
         started = time.perf_counter()
         process = subprocess.Popen(

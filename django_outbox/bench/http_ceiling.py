@@ -10,6 +10,10 @@ with the same headers, each request signed as Standard Webhooks asks (an HMAC-SH
 else: what django_outbox's delivery adds (claims, loads, attempt logs, retries' policy,
 the SSRF guard) is the difference.
 
+Two clients: ``httpcore`` (the default: the connection pool under httpx, as the delivery
+uses it, the leanest way to send with httpx), and ``httpx``, an ``httpx.Client`` per
+thread (how issue #18 defined the ceiling, and how a hand-written sender usually looks).
+
 Timed from the first request sent to the last answer read, over all threads. Kept apart
 from ``webhooks`` (which needs Django) so that its spawned children import nothing else.
 """
@@ -40,11 +44,21 @@ class HttpCeiling:
     succeeded: int
     #: CPU time of the sending processes (all their threads), per delivery.
     cpu_ms_per_delivery: float
+    #: "httpcore" or "httpx" (see the module's docstring).
+    client: str = "httpcore"
 
 
-def run(url: str, deliveries: int, fan_out: int, processes: int, threads: int) -> HttpCeiling:
+CLIENTS = ("httpcore", "httpx")
+
+
+def run(
+    url: str, deliveries: int, fan_out: int, processes: int, threads: int, client: str = "httpcore"
+) -> HttpCeiling:
     """POST ``deliveries`` signed bodies, message after message each to ``fan_out``
-    endpoints (``url/0`` … ``url/<fan_out - 1>``), from ``processes`` x ``threads``."""
+    endpoints (``url/0`` … ``url/<fan_out - 1>``), from ``processes`` x ``threads``, with
+    ``client`` (one of CLIENTS)."""
+    if client not in CLIENTS:
+        raise ValueError(f"client must be one of {', '.join(CLIENTS)}, not {client!r}")
     context = multiprocessing.get_context("spawn")
     slots = processes * threads
     firsts: Any = context.Array("d", slots)
@@ -56,7 +70,7 @@ def run(url: str, deliveries: int, fan_out: int, processes: int, threads: int) -
     children = [
         context.Process(
             target=_process,
-            args=(url, deliveries, fan_out, secrets_, number, processes, threads),
+            args=(url, deliveries, fan_out, secrets_, number, processes, threads, client),
             kwargs={
                 "firsts": firsts,
                 "lasts": lasts,
@@ -82,6 +96,7 @@ def run(url: str, deliveries: int, fan_out: int, processes: int, threads: int) -
         per_s=deliveries / seconds,
         succeeded=succeeded.value,
         cpu_ms_per_delivery=cpu.value * 1000 / deliveries,
+        client=client,
     )
 
 
@@ -103,6 +118,7 @@ def _process(
     number: int,
     processes: int,
     threads: int,
+    client: str,
     *,
     firsts: Any,
     lasts: Any,
@@ -120,9 +136,10 @@ def _process(
             (index % fan_out, f"msg_bench{index // fan_out}", envelope(index // fan_out))
             for index in range(slot, deliveries, slots)
         ]
+        send = _send if client == "httpcore" else _send_with_httpx
         workers.append(
             threading.Thread(
-                target=_send, args=(url, mine, secrets_, slot, firsts, lasts, succeeded, ready)
+                target=send, args=(url, mine, secrets_, slot, firsts, lasts, succeeded, ready)
             )
         )
     started = time.process_time()
@@ -177,6 +194,45 @@ def _send(
                 content=body,
             )
             ok += 200 <= answer.status < 300
+        last = time.time()
+    firsts[slot], lasts[slot] = first, last
+    with succeeded.get_lock():
+        succeeded.value += ok
+
+
+def _send_with_httpx(
+    url: str,
+    mine: list[tuple[int, str, bytes]],
+    secrets_: list[bytes],
+    slot: int,
+    firsts: Any,
+    lasts: Any,
+    succeeded: Any,
+    ready: Any,
+) -> None:
+    import httpx
+
+    urls = [f"{url}/{endpoint}" for endpoint in range(len(secrets_))]
+    ok = 0
+    with httpx.Client(headers={"user-agent": "django-outbox-bench"}) as client:
+        ready.wait()
+        first = time.time()
+        for endpoint, msg_id, body in mine:
+            timestamp = str(int(time.time()))
+            digest = hmac.new(
+                secrets_[endpoint], f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256
+            ).digest()
+            answer = client.post(
+                urls[endpoint],
+                content=body,
+                headers={
+                    "webhook-id": msg_id,
+                    "webhook-timestamp": timestamp,
+                    "webhook-signature": "v1," + base64.b64encode(digest).decode(),
+                    "content-type": "application/json",
+                },
+            )
+            ok += 200 <= answer.status_code < 300
         last = time.time()
     firsts[slot], lasts[slot] = first, last
     with succeeded.get_lock():

@@ -85,6 +85,42 @@ class Started:
     exit_code: int | None
 
 
+def bench_environment(
+    *,
+    wake: str | None = None,
+    queue_limits: dict[str, dict[str, Any]] | None = None,
+    loopback_webhooks: bool = False,
+) -> dict[str, str]:
+    """The environment of a benchmark's runworker process: this process's, with the
+    project's settings wrapped by ``workerside/outbox_bench_settings.py`` (see there)."""
+    # The environment's, as manage.py set it: inside override_settings (the benchmark
+    # runs with DEBUG off) settings.SETTINGS_MODULE reads None.
+    base = os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE
+    if not base:
+        raise WorkerStartError(
+            "the workers take this process's settings module, and there is none "
+            "(settings.configure() was used): run the benchmark with DJANGO_SETTINGS_MODULE"
+        )
+    alias = router.db_for_write(Worker)
+    paths = [str(WORKERSIDE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "outbox_bench_settings",
+        "OUTBOX_BENCH_BASE_SETTINGS": base,
+        "OUTBOX_BENCH_DATABASE": json.dumps([alias, str(connections[alias].settings_dict["NAME"])]),
+        "PYTHONPATH": os.pathsep.join(paths),
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in ("OUTBOX_BENCH_WAKE", "OUTBOX_BENCH_QUEUES", "OUTBOX_BENCH_LOOPBACK_WEBHOOKS"):
+        env.pop(name, None)
+    if wake is not None:
+        env["OUTBOX_BENCH_WAKE"] = wake
+    if queue_limits:
+        env["OUTBOX_BENCH_QUEUES"] = json.dumps(queue_limits)
+    if loopback_webhooks:
+        env["OUTBOX_BENCH_LOOPBACK_WEBHOOKS"] = "1"
+    return env
+
+
 class Runworkers:
     """``count`` runworker processes of ``concurrency`` threads on ``queue``, started on
     entry (and settled), stopped on exit."""
@@ -124,32 +160,7 @@ class Runworkers:
         self._logs = tempfile.TemporaryDirectory(prefix="outbox-bench-workers-")
 
     def environment(self) -> dict[str, str]:
-        # The environment's, as manage.py set it: inside override_settings (the benchmark
-        # runs with DEBUG off) settings.SETTINGS_MODULE reads None.
-        base = os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE
-        if not base:
-            raise WorkerStartError(
-                "the workers take this process's settings module, and there is none "
-                "(settings.configure() was used): run the benchmark with DJANGO_SETTINGS_MODULE"
-            )
-        alias = router.db_for_write(Worker)
-        paths = [str(WORKERSIDE), *filter(None, [os.environ.get("PYTHONPATH")])]
-        env = os.environ | {
-            "DJANGO_SETTINGS_MODULE": "outbox_bench_settings",
-            "OUTBOX_BENCH_BASE_SETTINGS": base,
-            "OUTBOX_BENCH_DATABASE": json.dumps(
-                [alias, str(connections[alias].settings_dict["NAME"])]
-            ),
-            "PYTHONPATH": os.pathsep.join(paths),
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("OUTBOX_BENCH_WAKE", None)
-        env.pop("OUTBOX_BENCH_QUEUES", None)
-        if self.wake is not None:
-            env["OUTBOX_BENCH_WAKE"] = self.wake
-        if self.queue_limits:
-            env["OUTBOX_BENCH_QUEUES"] = json.dumps(self.queue_limits)
-        return env
+        return bench_environment(wake=self.wake, queue_limits=self.queue_limits)
 
     def __enter__(self) -> Runworkers:
         env = self.environment()

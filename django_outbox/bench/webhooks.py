@@ -6,12 +6,11 @@ benchmark allows for itself (ALLOW_HTTP and 127.0.0.1/32) for the length of the 
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
@@ -19,11 +18,13 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox import conf, webhooks
 from django_outbox.bench import http_ceiling, pgstats, receiver
+from django_outbox.bench.drain import default_worker_dir, run_forked, run_runworker
+from django_outbox.bench.runworkers import bench_environment
 from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
 from django_outbox.webhooks import attempts, signing
 from django_outbox.webhooks.delivery import loader, retry_loader
 from django_outbox.worker import Worker
-from django_outbox.worker.process import WorkerOptions, run, start_in_thread
+from django_outbox.worker.process import WorkerOptions, start_in_thread
 
 BENCH_TENANT = "outbox-bench"
 
@@ -75,19 +76,33 @@ class Throughput:
     per_s: float
     succeeded: int
     requests: int
-    #: Statements the workers' main loops sent (claims, completions, heartbeats), per delivery.
-    loop_statements_per_delivery: float
-    #: CPU time of the worker processes (all their threads), per delivery.
-    worker_cpu_ms_per_delivery: float
+    #: Statements the workers' main loops sent (claims, completions, heartbeats), per
+    #: delivery; None when the workers did not say (a log level above INFO).
+    loop_statements_per_delivery: float | None
+    #: CPU time of the worker processes (all their threads), per delivery; for runworker,
+    #: from the start of the interpreter, imports included.
+    worker_cpu_ms_per_delivery: float | None
     #: From the first attempt's start to the last one's answer, as the attempt log records
     #: them (the plain-HTTP ceiling is timed the same way): deliveries per second.
     attempts_per_s: float = 0.0
     attempts_seconds: float = 0.0
+    #: "runworker" (processes started as a user starts them) or "forked".
+    workers: str = "runworker"
 
 
-def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Throughput:
+def throughput(
+    deliveries: int,
+    processes: int,
+    concurrency: int,
+    fan_out: int,
+    *,
+    forked: bool = False,
+    worker_dir: Path | None = None,
+) -> Throughput:
     """Send ``deliveries`` (messages times ``fan_out`` endpoints) to a receiver that answers 200
-    at once, then time ``processes`` workers delivering them all."""
+    at once, then time ``processes`` workers delivering them all: ``runworker --burst
+    --processes P --concurrency T`` started in ``worker_dir`` (this checkout by default) as
+    a user starts it, or, ``forked``, workers forked from this process."""
     clean()
     server = receiver.start()
     try:
@@ -98,11 +113,16 @@ def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) 
             options = WorkerOptions(
                 queues=[conf.get().WEBHOOKS.QUEUE], concurrency=concurrency, burst=True
             )
-            reports: Any = multiprocessing.get_context("fork").Queue()
-            started = time.perf_counter()
-            run(options, processes=processes, report=reports)
-            seconds = time.perf_counter() - started
-            stats = [reports.get(timeout=10) for _ in range(processes)]
+            if forked:
+                ran = run_forked(options, processes)
+            else:
+                ran = run_runworker(
+                    options,
+                    processes,
+                    worker_dir or default_worker_dir(),
+                    timeout=120 + total / 50,  # a stuck run, not a slow one
+                    env=bench_environment(loopback_webhooks=True),
+                )
     finally:
         counts = server.stop()
     succeeded = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="succeeded").count()
@@ -112,22 +132,21 @@ def throughput(deliveries: int, processes: int, concurrency: int, fan_out: int) 
         )
     )
     clean()
-    statements = sum(s["statements"] for s in stats)
-    cpu = sum(s["cpu_seconds"] for s in stats)
-    window = seconds
+    window = ran.wall_seconds
     if logged:
         first = min(started for started, _ in logged).timestamp()
         window = max(started.timestamp() + duration for started, duration in logged) - first
     return Throughput(
         total,
-        seconds,
-        total / seconds,
+        ran.wall_seconds,
+        total / ran.wall_seconds,
         succeeded,
         counts["requests"],
-        statements / total,
-        cpu * 1000 / total,
+        None if ran.statements is None else ran.statements / total,
+        None if ran.cpu_seconds is None else ran.cpu_seconds * 1000 / total,
         attempts_per_s=succeeded / max(window, 1e-6),
         attempts_seconds=window,
+        workers="forked" if forked else "runworker",
     )
 
 
@@ -139,13 +158,16 @@ class Ceiling:
     requests: int
 
 
-def ceiling(deliveries: int, processes: int, concurrency: int, fan_out: int) -> Ceiling:
+def ceiling(
+    deliveries: int, processes: int, concurrency: int, fan_out: int, client: str = "httpcore"
+) -> Ceiling:
     """The same deliveries (messages times ``fan_out`` endpoints), POSTed signed to the
-    same receiver by ``processes`` x ``concurrency`` plain HTTP senders (``http_ceiling``)."""
+    same receiver by ``processes`` x ``concurrency`` plain HTTP senders (``http_ceiling``)
+    using ``client``."""
     total = max(1, deliveries // fan_out) * fan_out  # as many as throughput() sends
     server = receiver.start()
     try:
-        figures = http_ceiling.run(server.url, total, fan_out, processes, concurrency)
+        figures = http_ceiling.run(server.url, total, fan_out, processes, concurrency, client)
     finally:
         counts = server.stop()
     return Ceiling(figures, counts["requests"])

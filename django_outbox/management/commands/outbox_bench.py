@@ -154,6 +154,27 @@ class Command(BaseCommand):
             default=list(WEBHOOK_PARTS),
             help=f"Comma-separated, of {', '.join(WEBHOOK_PARTS)} (default: all).",
         )
+        hooks.add_argument(
+            "--rounds",
+            type=positive_int,
+            default=1,
+            help="Run the throughput and the ceilings this many times, interleaved, and "
+            "report the medians and their ratios.",
+        )
+        hooks.add_argument(
+            "--forked",
+            action="store_true",
+            help="Fork the throughput's workers from this process instead of starting "
+            "runworker processes.",
+        )
+        hooks.add_argument(
+            "--worker-dir",
+            type=checkout_dir,
+            default=None,
+            metavar="DIR",
+            help="A checkout of this project whose manage.py starts the runworker processes "
+            "(default: this one).",
+        )
 
         spread = workloads.add_parser(
             "fanout",
@@ -591,28 +612,13 @@ class Command(BaseCommand):
 
         write = self.stdout.write
         write(f"outbox_bench webhooks, {connection.vendor}")
-        if "throughput" in options["parts"]:
-            t = webhooks.throughput(
-                options["deliveries"],
-                options["processes"],
-                options["concurrency"],
-                options["fan_out"],
+        if options["forked"] and options["worker_dir"] is not None:
+            raise CommandError(
+                "--worker-dir names the checkout that starts runworker processes; --forked "
+                "forks this process's own workers instead: use one or the other"
             )
-            self.results["figures"]["throughput"] = asdict(t)
-            write(
-                f"  throughput: {t.deliveries:,} deliveries ({options['fan_out']} endpoints per "
-                f"message), {options['processes']} processes x {options['concurrency']} threads: "
-                f"{t.per_s:,.0f} deliveries/s ({t.seconds:.2f} s; {t.succeeded:,} succeeded, "
-                f"{t.requests:,} requests received; {t.loop_statements_per_delivery:.3f} "
-                f"worker-loop statements and {t.worker_cpu_ms_per_delivery:.3f} ms of worker "
-                "CPU per delivery)"
-            )
-            write(
-                f"    by the attempt log: {t.attempts_per_s:,.0f} deliveries/s from the first "
-                f"attempt's start to the last one's answer ({t.attempts_seconds:.2f} s)"
-            )
-        if "ceiling" in options["parts"]:
-            self.webhooks_ceiling(options)
+        if "throughput" in options["parts"] or "ceiling" in options["parts"]:
+            self.webhook_rounds(options)
         if "retries" in options["parts"]:
             r = webhooks.retry_burst(options["retries"], options["concurrency"], options["fan_out"])
             self.results["figures"]["retries"] = asdict(r) | {
@@ -633,30 +639,84 @@ class Command(BaseCommand):
                 wal = "-" if row.wal_bytes_per_send is None else f"{row.wal_bytes_per_send:,.0f}"
                 write(f"  {row.endpoints:>10,}{row.statements_per_send:>18.1f}{wal:>18}")
 
-    def webhooks_ceiling(self, options: dict[str, Any]) -> None:
-        """The plain-HTTP ceiling in the throughput's shape; with the throughput, the ratio."""
-        from django_outbox.bench import webhooks
+    def webhook_rounds(self, options: dict[str, Any]) -> None:
+        """The throughput and the plain-HTTP ceilings, interleaved ``--rounds`` times; with
+        both, each ceiling's ratio to the throughput (medians)."""
+        from django_outbox.bench import http_ceiling, webhooks
 
-        c = webhooks.ceiling(
-            options["deliveries"], options["processes"], options["concurrency"], options["fan_out"]
-        )
-        f = c.figures
-        figures = asdict(f) | {"requests": c.requests}
-        self.stdout.write(
-            f"  plain-HTTP ceiling: the same {f.deliveries:,} signed POSTs to the same receiver, "
-            f"{f.processes} processes x {f.threads} threads of httpx's connection pools, "
-            f"nothing else: {f.per_s:,.0f} deliveries/s ({f.seconds:.2f} s from the first "
-            f"request to the last answer; {f.succeeded:,} answered 2xx, {c.requests:,} "
-            f"requests received; {f.cpu_ms_per_delivery:.3f} ms of CPU per delivery)"
-        )
-        ours = self.results["figures"].get("throughput")
+        write = self.stdout.write
+        shape = (options["deliveries"], options["processes"], options["concurrency"])
+        fan_out = options["fan_out"]
+        ours: list[Any] = []
+        ceilings: dict[str, list[Any]] = {client: [] for client in http_ceiling.CLIENTS}
+        for number in range(1, options["rounds"] + 1):
+            if options["rounds"] > 1:
+                write(f"  round {number}")
+            if "throughput" in options["parts"]:
+                t = webhooks.throughput(
+                    *shape, fan_out, forked=options["forked"], worker_dir=options["worker_dir"]
+                )
+                ours.append(t)
+                statements = cpu = "unknown"
+                if t.loop_statements_per_delivery is not None:
+                    statements = f"{t.loop_statements_per_delivery:.3f}"
+                if t.worker_cpu_ms_per_delivery is not None:
+                    cpu = f"{t.worker_cpu_ms_per_delivery:.3f}"
+                write(
+                    f"  throughput: {t.deliveries:,} deliveries ({fan_out} endpoints per "
+                    f"message), {shape[1]} {t.workers} processes x {shape[2]} threads: "
+                    f"{t.per_s:,.0f} deliveries/s ({t.seconds:.2f} s; {t.succeeded:,} "
+                    f"succeeded, {t.requests:,} requests received; {statements} worker-loop "
+                    f"statements and {cpu} ms of worker CPU per delivery)"
+                )
+                write(
+                    f"    by the attempt log: {t.attempts_per_s:,.0f} deliveries/s from the "
+                    f"first attempt's start to the last one's answer ({t.attempts_seconds:.2f} s)"
+                )
+            if "ceiling" in options["parts"]:
+                for client, runs in ceilings.items():
+                    c = webhooks.ceiling(*shape, fan_out, client=client)
+                    runs.append(c)
+                    f = c.figures
+                    how = (
+                        "httpx's connection pools (httpcore)"
+                        if client == "httpcore"
+                        else "an httpx.Client each"
+                    )
+                    write(
+                        f"  plain-HTTP ceiling ({client}): the same {f.deliveries:,} signed "
+                        f"POSTs to the same receiver, {f.processes} processes x {f.threads} "
+                        f"threads of {how}, nothing else: {f.per_s:,.0f} deliveries/s "
+                        f"({f.seconds:.2f} s from the first request to the last answer; "
+                        f"{f.succeeded:,} answered 2xx, {c.requests:,} requests received; "
+                        f"{f.cpu_ms_per_delivery:.3f} ms of CPU per delivery)"
+                    )
+        figures = self.results["figures"]
         if ours:
-            figures["ratio"] = ours["attempts_per_s"] / f.per_s
-            self.stdout.write(
-                f"  django_outbox / plain-HTTP ceiling: {figures['ratio']:.0%} (both from the "
-                "first request to the last answer)"
-            )
-        self.results["figures"]["ceiling"] = figures
+            middle = sorted(ours, key=lambda t: t.attempts_per_s)[len(ours) // 2]
+            figures["throughput"] = asdict(middle)
+            figures["throughput_rounds"] = [asdict(t) for t in ours]
+        for client, runs in ceilings.items():
+            if not runs:
+                continue
+            key = "ceiling" if client == "httpcore" else f"ceiling_{client}"
+            middle = sorted(runs, key=lambda c: c.figures.per_s)[len(runs) // 2]
+            figures[key] = asdict(middle.figures) | {"requests": middle.requests}
+            figures[f"{key}_rounds"] = [asdict(c.figures) for c in runs]
+            if ours:
+                ratio = statistics.median(t.attempts_per_s for t in ours) / statistics.median(
+                    c.figures.per_s for c in runs
+                )
+                figures[key]["ratio"] = ratio
+                each = ", ".join(
+                    f"{t.attempts_per_s / c.figures.per_s:.0%}"
+                    for t, c in zip(ours, runs, strict=True)
+                )
+                write(
+                    f"  django_outbox / plain-HTTP ceiling ({client}): {ratio:.0%} (medians of "
+                    f"{len(runs)} round(s), both from the first request to the last answer; "
+                    f"each round: {each})"
+                )
 
 
 WEBHOOK_PARTS = ("throughput", "ceiling", "retries", "fanout")
