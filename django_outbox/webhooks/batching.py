@@ -31,7 +31,6 @@ Value = TypeVar("Value")
 @dataclass
 class _Batch(Generic[Key]):
     keys: list[Key] = field(default_factory=list)
-    arrived: threading.Event = field(default_factory=threading.Event)
     full: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     results: list[Any] = field(default_factory=list)
@@ -73,7 +72,6 @@ class Batcher(Generic[Key, Value]):
             if len(batch.keys) >= self._size():
                 self._open = None  # full: the next caller starts another
                 batch.full.set()
-            batch.arrived.set()
         if not leader:
             batch.done.wait()
         else:
@@ -91,7 +89,11 @@ class Batcher(Generic[Key, Value]):
         return value
 
     def _gather(self, batch: _Batch[Key]) -> None:
+        """Wait until the batch is full, or ``wait`` is over, or (with a lull) no one
+        arrived during the last lull. Arrivals are counted, not signalled: a signal per
+        arrival cost the leader a wake-up each, and the arriving thread a notify."""
         deadline = time.monotonic() + self._wait()
+        seen = -1
         while not batch.full.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
@@ -99,9 +101,10 @@ class Batcher(Generic[Key, Value]):
             if self._lull is None:
                 batch.full.wait(left)
                 break
-            batch.arrived.clear()
-            if not batch.arrived.wait(min(self._lull, left)):
+            if len(batch.keys) == seen:
                 break  # a lull: no one else is coming
+            seen = len(batch.keys)
+            batch.full.wait(min(self._lull, left))
         with self._lock:
             if self._open is batch:
                 self._open = None
