@@ -687,12 +687,16 @@ def test_webhooks_ceiling_sends_the_same_deliveries_and_reports_the_ratio(capsys
     )  # fmt: skip
     out = capsys.readouterr().out
     figures = _bench_json(tmp_path / "hooks.json")
-    c = figures["ceiling"]
-    assert c["succeeded"] == c["deliveries"] == c["requests"] == 40
-    assert (c["processes"], c["threads"]) == (1, 2) and c["per_s"] > 0
-    assert c["ratio"] == pytest.approx(figures["throughput"]["attempts_per_s"] / c["per_s"])
-    assert "plain-HTTP ceiling: the same 40 signed POSTs" in out
-    assert re.search(r"django_outbox / plain-HTTP ceiling: \d+%", out)
+    assert figures["throughput"]["workers"] == "runworker"
+    assert figures["throughput"]["succeeded"] == 40
+    for key, client in (("ceiling", "httpcore"), ("ceiling_httpx", "httpx")):
+        c = figures[key]
+        assert c["client"] == client
+        assert c["succeeded"] == c["deliveries"] == c["requests"] == 40
+        assert (c["processes"], c["threads"]) == (1, 2) and c["per_s"] > 0
+        assert c["ratio"] == pytest.approx(figures["throughput"]["attempts_per_s"] / c["per_s"])
+        assert f"plain-HTTP ceiling ({client}): the same 40 signed POSTs" in out
+        assert re.search(rf"django_outbox / plain-HTTP ceiling \({client}\): \d+%", out)
     assert not Message.objects.exists() and not Endpoint.objects.exists()
     assert not Delivery.objects.exists() and not Job.objects.exists()
 
@@ -701,5 +705,30 @@ def test_webhooks_ceiling_sends_the_same_deliveries_and_reports_the_ratio(capsys
         "--concurrency", "2", "--parts", "ceiling",
     )  # fmt: skip
     out = capsys.readouterr().out
-    assert "plain-HTTP ceiling: the same 8 signed POSTs" in out
+    assert "plain-HTTP ceiling (httpcore): the same 8 signed POSTs" in out
+    assert "plain-HTTP ceiling (httpx): the same 8 signed POSTs" in out
     assert "django_outbox / plain-HTTP ceiling" not in out  # no throughput: no ratio
+
+
+def test_webhooks_rounds_interleave_and_forked_workers_still_deliver(capsys, tmp_path):
+    from django.core.management.base import CommandError
+
+    from tests.conftest import ROOT
+
+    call_command(
+        "outbox_bench", "webhooks", "--deliveries", "8", "--fan-out", "4", "--processes", "1",
+        "--concurrency", "2", "--parts", "throughput,ceiling", "--rounds", "2", "--forked",
+        "--json", str(tmp_path / "hooks.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = _bench_json(tmp_path / "hooks.json")
+    assert [t["workers"] for t in figures["throughput_rounds"]] == ["forked", "forked"]
+    assert all(t["succeeded"] == 8 for t in figures["throughput_rounds"])
+    assert len(figures["ceiling_rounds"]) == len(figures["ceiling_httpx_rounds"]) == 2
+    assert out.index("round 1") < out.index("round 2")
+    assert "medians of 2 round(s)" in out
+    with pytest.raises(CommandError, match="use one or the other"):
+        call_command(
+            "outbox_bench", "webhooks", "--forked", "--worker-dir", str(ROOT), "--parts",
+            "throughput",
+        )  # fmt: skip
