@@ -33,6 +33,7 @@ from django_outbox.bench.peers import PeerError, all_peers
 from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
 from django_outbox.management.commands.runworker import batch_size, positive_int
 from django_outbox.management.commands.runworker import seconds as seconds_arg
+from django_outbox.migrated import require_migrated
 
 
 class Command(BaseCommand):
@@ -206,6 +207,7 @@ class Command(BaseCommand):
         board.add_argument("--rounds", type=positive_int, default=5)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated("python manage.py outbox_bench")
         logger = logging.getLogger("django_outbox")
         previous = logger.level
         # Quiet workers; for webhooks and the retry storm, retries are the point: their

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_outbox import health
+from django_outbox.migrated import require_migrated
 
 
 def _queues(text: str) -> list[str]:
@@ -60,6 +61,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated("python manage.py outbox_health")
         for name in ("max_due_age", "window"):
             value = options[name]
             if value is not None and not 0 < value < float("inf"):

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_outbox import retention
+from django_outbox.migrated import require_migrated
 
 
 class Command(BaseCommand):
@@ -34,6 +35,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated("python manage.py outbox_prune")
         try:
             older_than = retention.parse_age(options["older_than"])
             statuses = retention.parse_statuses(options["status"].split(","))
