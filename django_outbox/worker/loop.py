@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 
+from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
 from django.utils.crypto import get_random_string
@@ -168,14 +169,21 @@ class Worker:
             # Listen before the first look for work, so a signal sent in between is not lost.
             self._listen()
             logger.info(
-                "worker %s started: queues %s, %d threads, batches of %d, %s database, "
-                "wake-ups: %s",
+                "worker %s started: backend %s, queues %s, %d threads, batches of %d, "
+                "database %s, wake-ups: %s",
                 self.id,
+                self.backend,
                 ",".join(self.queues),
                 self.concurrency,
                 self.batch_size,
-                connections[self.alias].vendor,
+                describe_database(self.alias),
                 self.waker.name,
+            )
+            logger.info(
+                "worker %s settings: %s; a change to them takes effect when the worker "
+                "restarts",
+                self.id,
+                describe_settings(),
             )
             pruner = scheduler = None
             if self.settings.RETENTION is not None:
@@ -369,9 +377,10 @@ class Worker:
         self.db.run(lambda: leases.unregister_worker(self.id))
         self.pool.shutdown()
         stats = self.stats
+        per_run = f" ({stats.statements / stats.finished:.3f} per run)" if stats.finished else ""
         logger.info(
             "worker %s stopped: %d runs finished (%d succeeded, %d will retry, %d failed)"
-            " in %.1f s; %d statements (%.3f per run)",
+            " in %.1f s; %d statements%s",
             self.id,
             stats.finished,
             stats.succeeded,
@@ -379,7 +388,7 @@ class Worker:
             stats.failed,
             time.monotonic() - stats.started,
             stats.statements,
-            stats.statements / max(stats.finished, 1),
+            per_run,
         )
 
     @property
@@ -391,3 +400,17 @@ class Worker:
     def unwritten(self) -> int:
         """Results and releases the worker could not write before it stopped."""
         return len(self.completer.unflushed) + len(self.completer.to_release)
+
+
+def describe_database(alias: str) -> str:
+    """``alias`` (vendor NAME), e.g. ``default (postgresql test)``."""
+    connection = connections[alias]
+    return f"{alias} ({connection.vendor} {connection.settings_dict.get('NAME')})"
+
+
+def describe_settings() -> str:
+    """The project's OUTBOX setting as written (the rest is at its defaults)."""
+    written = getattr(settings, "OUTBOX", None)
+    if not written:
+        return "OUTBOX is not set (every setting at its default)"
+    return f"OUTBOX = {written!r} (the rest at its defaults)"

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_outbox.backend import OutboxBackend
 from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.migrated import require_migrated
+from django_outbox.worker import console
 from django_outbox.worker.loop import MAX_BATCH_SIZE
 from django_outbox.worker.process import WorkerOptions, run
 
@@ -96,6 +97,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated("python manage.py runworker")
+        console.attach(options["verbosity"])
         try:
             backend = task_backends[options["backend"]]
         except InvalidTaskBackend as exc:
