@@ -143,6 +143,7 @@ def test_finished_statuses_are_the_models_own():
 def test_a_worker_with_retention_prunes_on_its_own(settings):
     from django_outbox.worker import Worker
     from django_outbox.worker.process import start_in_thread
+    from tests.conftest import stop_pool
 
     old = job(JobStatus.SUCCEEDED, 3)
     recent = job(JobStatus.SUCCEEDED, 0.5)
@@ -158,3 +159,4 @@ def test_a_worker_with_retention_prunes_on_its_own(settings):
     finally:
         worker.request_stop("test done")
         thread.join(10)
+        stop_pool(worker.pool)

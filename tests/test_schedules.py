@@ -127,6 +127,7 @@ def test_good_schedules_pass_the_check():
 def test_a_worker_runs_a_schedule_every_second():
     from django_outbox.worker import Worker
     from django_outbox.worker.process import start_in_thread
+    from tests.conftest import stop_pool
 
     spec = {"task": "tests.tasks.noop", "cron": "* * * * * *"}  # croniter: seconds last
     with override_settings(OUTBOX={"SCHEDULES": {"heartbeat": spec}}):
@@ -145,6 +146,7 @@ def test_a_worker_runs_a_schedule_every_second():
         finally:
             worker.request_stop("test done")
             thread.join(10)
+            stop_pool(worker.pool)
     assert done >= 2
     keys = list(Job.objects.values_list("dedup_key", flat=True))
     assert len(keys) == len(set(keys))  # one job per tick

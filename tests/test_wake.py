@@ -35,7 +35,7 @@ from django_outbox.wake.redis import key_for
 from django_outbox.worker import Worker
 from django_outbox.worker.process import start_in_thread
 from tests import tasks
-from tests.conftest import ROOT, wait_until
+from tests.conftest import ROOT, stop_pool, wait_until
 from tests.models import Execution
 
 MODES = ["poll", "postgres", "redis"]
@@ -510,6 +510,7 @@ class InProcessWorker:
     def __exit__(self, *exc) -> None:
         self.worker.request_stop("test done")
         self.thread.join(15)
+        stop_pool(self.worker.pool)
         self.settings.disable()
 
 

@@ -29,6 +29,7 @@ from django_outbox.worker.pool import Pool
 from django_outbox.worker.producer import Producer
 from django_outbox.worker.stats import WorkerStats
 from tests import tasks
+from tests.conftest import stop_pool
 from tests.test_wake import Recording, redis_client, require
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -224,7 +225,9 @@ def test_a_freed_slot_is_taken_here_or_signalled_to_other_workers(busy):
         sent = [set(queues) for _at, queues in recording.sent]
         assert sent == ([{"limited"}] if busy else [])
     finally:
-        worker.pool.shutdown()
+        # The busy job runs on the pool's thread: wait for it, or it ends (and writes its
+        # Execution row) during a later test.
+        stop_pool(worker.pool)
         notify.reset()
 
 
