@@ -257,7 +257,7 @@ def test_a_secret_rotation_sends_both_signatures(receiver, webhook_worker):
         assert Webhook(secret).verify(request.body, request.headers)
 
 
-def test_a_hostname_that_resolves_to_a_private_address_is_refused_not_retried(
+def test_a_hostname_that_resolves_to_a_private_address_is_refused_on_every_attempt(
     webhook_worker, monkeypatch
 ):
     real = socket.getaddrinfo
@@ -272,10 +272,36 @@ def test_a_hostname_that_resolves_to_a_private_address_is_refused_not_retried(
     message = webhooks.send("invoice.paid", {"id": 1})
     webhook_worker()
     (delivery,) = settled(message)
-    (attempt,) = attempts_of(delivery)
+    attempts = attempts_of(delivery)
+    # Refused each time, retried on the schedule (what a host resolves to can change).
     assert delivery.status == DeliveryStatus.FAILED
-    assert attempt.error_class == "UnsafeDestination"
-    assert "10.0.0.1 is a private address" in attempt.error_message
+    assert len(attempts) == len(settings.OUTBOX["WEBHOOKS"]["RETRY_SCHEDULE"])
+    assert {a.error_class for a in attempts} == {"UnsafeDestination"}
+    assert attempts[0].error_message.startswith(
+        "internal.example resolves to 10.0.0.1, a private address; refused"
+    )
+
+
+def test_a_refused_destination_is_retried_and_goes_out_once_the_settings_allow_it(
+    receiver, webhook_worker
+):
+    webhooks.create_endpoint(receiver.url("/hook"))  # 127.0.0.1: the test settings allow it
+    refusing = settings.OUTBOX["WEBHOOKS"] | {
+        "ALLOWED_NETWORKS": [],
+        "RETRY_SCHEDULE": [0, 2, 2, 2],
+    }
+    with override_settings(OUTBOX=settings.OUTBOX | {"WEBHOOKS": refusing}):
+        message = webhooks.send("invoice.paid", {"id": 1})
+        webhook_worker()
+        wait_until(lambda: Attempt.objects.exists(), what="the first attempt")
+        delivery = Delivery.objects.get(message=message)
+        assert delivery.status == DeliveryStatus.PENDING  # not failed for good
+    (delivery,) = settled(message)  # the settings allow it again: the retry goes out
+    attempts = attempts_of(delivery)
+    assert delivery.status == DeliveryStatus.SUCCEEDED
+    assert attempts[0].error_class == "UnsafeDestination"
+    assert attempts[0].error_message.startswith("127.0.0.1, a loopback address; refused")
+    assert attempts[-1].succeeded and len(receiver.at("/hook")) == 1
 
 
 def test_the_connection_goes_to_the_address_checked_no_second_lookup(
@@ -539,3 +565,16 @@ def test_a_stale_run_never_undoes_what_a_newer_run_wrote():
     recording.write([stale(waiting, 4)])  # a current run still writes
     waiting.refresh_from_db()
     assert waiting.attempts == 4
+
+
+def test_an_endpoint_url_no_request_can_go_to_fails_at_once(webhook_worker):
+    # Stored past the checks (a raw insert, an old row): no later attempt could send it.
+    Endpoint.objects.create(
+        url="ftp://example.com/hook", secret=webhooks.api.signing.generate_secret()
+    )
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    (delivery,) = settled(message)
+    (attempt,) = attempts_of(delivery)
+    assert delivery.status == DeliveryStatus.FAILED
+    assert attempt.error_class == "UnsupportedProtocol"

@@ -36,15 +36,16 @@ def allowed_networks() -> list[Network]:
 
 
 def refusal(address: IPAddress, allowed: Sequence[Network]) -> str | None:
-    """Why ``address`` may not be reached (None: it may)."""
+    """Why ``address`` may not be reached, as a phrase that names it ("10.0.0.1, a private
+    address"), or None: it may."""
     inner = _embedded(address)
     if any(candidate in network for candidate in (address, *inner) for network in allowed):
         return None
     for candidate in (address, *inner):
         reason = _kind(candidate)
         if reason:
-            shown = "" if candidate == address else f" (it holds {candidate})"
-            return f"{_spelled(address)} is {reason}{shown}"
+            shown = "" if candidate == address else f" (which holds {candidate})"
+            return f"{_spelled(address)}{shown}, {reason}"
     return None
 
 
@@ -75,19 +76,19 @@ def _embedded(address: IPAddress) -> list[IPAddress]:
 
 def _kind(address: IPAddress) -> str | None:
     if address.is_unspecified:
-        return "unspecified"
+        return "the unspecified address"
     if address.is_loopback:
         return "a loopback address"
     if address.is_link_local:
-        return "link-local (cloud metadata services live there)"
+        return "a link-local address (cloud metadata services live there)"
     if address.is_multicast:
-        return "multicast"
+        return "a multicast address"
     if isinstance(address, ipaddress.IPv6Address) and address in _UNIQUE_LOCAL:
         return "a unique-local address"
     if address.is_private:
         return "a private address"
     if address.is_reserved or not address.is_global:
-        return "not a public address"
+        return "an address that is not public"
     return None
 
 
@@ -190,9 +191,10 @@ class GuardedBackend(httpcore.SyncBackend):
         allowed = allowed_networks()
         for address in addresses:
             if why := refusal(address, allowed):
+                where = why if literal_address(host) is not None else f"{host} resolves to {why}"
                 raise UnsafeDestination(
-                    f"{host} resolves to {why}; refused (allow it with "
-                    "OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'])"
+                    f"{where}; refused (OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'] can allow it; "
+                    "a worker reads its settings when it starts)"
                 )
         last: Exception | None = None
         for address in addresses:

@@ -51,7 +51,7 @@ class Response:
     body: str = ""
     error_class: str = ""
     error_message: str = ""
-    #: Another attempt cannot help (a refused destination).
+    #: Another attempt cannot help (the URL itself is invalid).
     final: bool = False
 
     @property
@@ -148,15 +148,20 @@ def post(
         finally:
             answer.close()
     except UnsafeDestination as exc:
+        # Retried on the schedule, not failed for good: what the guard allows can change
+        # (the settings, or what the host resolves to).
         response.error_class, response.error_message = "UnsafeDestination", str(exc)
-        response.final = True
     except httpcore.ConnectTimeout as exc:
         response.error_class = type(exc).__name__
         response.error_message = f"could not connect within {connect:g} s ({exc})"
     except httpcore.TimeoutException as exc:
         response.error_class = type(exc).__name__
         response.error_message = f"no answer within {timeout:g} s ({exc or 'timed out'})"
-    except (*_TRANSPORT_ERRORS, httpx.InvalidURL) as exc:
+    except (httpx.InvalidURL, httpcore.UnsupportedProtocol) as exc:
+        # The URL itself: no later attempt can send it.
+        response.error_class, response.error_message = type(exc).__name__, str(exc) or repr(exc)
+        response.final = True
+    except _TRANSPORT_ERRORS as exc:
         response.error_class, response.error_message = type(exc).__name__, str(exc) or repr(exc)
     except OSError as exc:  # anything the transport did not wrap
         response.error_class, response.error_message = type(exc).__name__, str(exc)
