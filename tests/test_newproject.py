@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -50,3 +54,104 @@ def test_ctrl_c_stops_the_worker_with_its_summary_and_exit_status_0(project):
         worker.kill()
     assert worker.returncode == 0
     assert "stopped: 0 runs finished" in rest
+
+
+USER_SUITE = """
+import threading
+
+from django.db import connection, transaction
+from django.test import TestCase, TransactionTestCase
+
+from django_outbox.testing import run_jobs
+from shop.tasks import ping
+
+
+class Enqueues(TransactionTestCase):
+    def test_commits_that_signal_a_queue_many_times_in_a_row(self):
+        for _ in range(20):
+            with transaction.atomic():
+                ping.enqueue()
+        threads = [threading.Thread(target=self.enqueue_in_a_thread) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(len(run_jobs()), 24)
+
+    def enqueue_in_a_thread(self):
+        try:
+            with transaction.atomic():
+                ping.enqueue()
+        finally:
+            connection.close()
+
+
+class InATestCase(TestCase):
+    def test_an_enqueue_in_the_test_transaction(self):
+        ping.enqueue()
+        self.assertEqual(len(run_jobs()), 1)
+
+
+def test_with_pytest(transactional_db, outbox_run_jobs):
+    with transaction.atomic():
+        ping.enqueue()
+    assert len(outbox_run_jobs()) == 1
+"""
+
+
+def test_a_users_own_postgresql_test_suite_tears_down_under_both_runners(tmp_path):
+    """The user's test database is dropped at the end: nothing of ours keeps a connection
+    to it (a sender thread once did, once a queue was signalled twice within 50 ms)."""
+    psycopg = pytest.importorskip("psycopg")
+    url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        psycopg.connect(url.replace("postgres://", "postgresql://", 1), connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        if os.environ.get("OUTBOX_REQUIRE_SERVICES") == "1":
+            raise
+        pytest.skip(f"PostgreSQL is not reachable at {url}: {exc}")
+    parts = urlsplit(url)
+    test_name = f"test_outbox_usersuite_{os.getpid()}"
+    project = newproject.create(
+        tmp_path,
+        newproject.SETTINGS_ADDED
+        + f"""
+INSTALLED_APPS.append("shop")
+DATABASES = {{"default": {{
+    "ENGINE": "django.db.backends.postgresql",
+    "NAME": {parts.path.lstrip("/")!r},
+    "USER": {parts.username or "postgres"!r},
+    "HOST": {parts.hostname!r},
+    "PORT": {parts.port or 5432},
+    "TEST": {{"NAME": {test_name!r}}},
+}}}}
+""",
+    )
+    shop = project.directory / "shop"
+    shop.mkdir()
+    (shop / "__init__.py").write_text("")
+    (shop / "tasks.py").write_text(
+        "from django_outbox.compat import task\n\n\n@task\ndef ping():\n    return 'pong'\n"
+    )
+    (shop / "tests.py").write_text(USER_SUITE)
+    (project.directory / "pytest.ini").write_text(
+        "[pytest]\nDJANGO_SETTINGS_MODULE = newsite.settings\npython_files = tests.py\n"
+    )
+
+    django_runner = project.manage("test", "shop", "--noinput", timeout=300)
+    said = django_runner.stdout + django_runner.stderr
+    assert django_runner.returncode == 0, said
+    assert "Ran 2 tests" in said and "being accessed by other users" not in said
+
+    with_pytest = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "shop/tests.py"],
+        cwd=project.directory,
+        env=project.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    said = with_pytest.stdout + with_pytest.stderr
+    assert with_pytest.returncode == 0, said
+    assert "3 passed" in said and "being accessed by other users" not in said
