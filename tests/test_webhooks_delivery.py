@@ -578,3 +578,27 @@ def test_an_endpoint_url_no_request_can_go_to_fails_at_once(webhook_worker):
     (attempt,) = attempts_of(delivery)
     assert delivery.status == DeliveryStatus.FAILED
     assert attempt.error_class == "UnsupportedProtocol"
+
+
+def test_each_worker_thread_sends_through_its_own_connections():
+    """No lock shared by every thread on each request's start and end: each thread has its
+    own pool (and keeps it), all of them guarded, with one TLS setup for the process."""
+    import threading
+
+    from django_outbox.webhooks import http
+    from django_outbox.webhooks.guard import GuardedBackend
+
+    seen = []
+
+    def look():
+        seen.append((http.pool(), http.pool()))
+
+    threads = [threading.Thread(target=look) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(first is second for first, second in seen)  # kept by its thread
+    assert len({id(first) for first, _ in seen}) == 3  # one per thread
+    assert all(isinstance(p._network_backend, GuardedBackend) for p, _ in seen)
+    assert len({id(p._ssl_context) for p, _ in seen}) == 1

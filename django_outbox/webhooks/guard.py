@@ -207,15 +207,15 @@ class GuardedBackend(httpcore.SyncBackend):
         raise last or httpcore.ConnectError(f"{host!r} resolved to no address")
 
 
-def guarded_pool() -> httpcore.ConnectionPool:
+def guarded_pool(ssl_context: Any = None) -> httpcore.ConnectionPool:
     """A connection pool of httpcore (the engine of httpx) whose every connection is made
     through GuardedBackend.
 
     No proxies: one would connect on our behalf, unchecked. TLS as httpx sets it up
-    (certifi's roots; no environment variables)."""
+    (certifi's roots; no environment variables), unless ``ssl_context`` is given."""
     return httpcore.ConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=ssl_context or httpx.create_ssl_context(trust_env=False),
         max_connections=None,
-        max_keepalive_connections=100,
+        max_keepalive_connections=20,
         network_backend=GuardedBackend(),
     )
