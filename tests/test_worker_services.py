@@ -290,3 +290,16 @@ def test_an_idle_worker_only_says_it_is_alive(worker_factory):
     me.refresh_from_db()
     assert timezone.now() - me.heartbeat_at < timedelta(seconds=5)
     assert found == []  # nothing was rescued: no reason to look
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopped_worker_returns_once_its_idle_threads_have_left():
+    """run() returns after its job threads have closed their connections and exited: a
+    caller that stops a worker (a test suite dropping its database) finds none left."""
+    import django_outbox
+
+    django_outbox.enqueue_many(tasks.noop, [((), {})] * 6)
+    worker = Worker(queues=["default"], concurrency=3, burst=True)
+    worker.run()
+    assert worker.stats.succeeded == 6
+    assert worker.pool._threads and not any(t.is_alive() for t in worker.pool._threads)

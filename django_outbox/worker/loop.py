@@ -49,6 +49,9 @@ __all__ = ["MAX_ADAPTIVE_BATCH", "MAX_BATCH_SIZE", "Worker", "WorkerStats", "def
 
 logger = logging.getLogger("django_outbox.worker")
 
+#: How long a stopping worker waits for its idle threads to close their connections.
+JOIN_SECONDS = 5.0
+
 #: Longest the loop waits while jobs run, so a run over its timeout is seen promptly.
 TICK_SECONDS = 0.1
 #: Most jobs one claim may take (and one completion write), within every database's
@@ -376,6 +379,8 @@ class Worker:
             )
         self.db.run(lambda: leases.unregister_worker(self.id))
         self.pool.shutdown()
+        # Its idle threads leave now; run() returns once they have closed their connections.
+        self.pool.join(JOIN_SECONDS)
         stats = self.stats
         per_run = f" ({stats.statements / stats.finished:.3f} per run)" if stats.finished else ""
         logger.info(

@@ -175,6 +175,20 @@ class Pool:
                 del self._pending[job_id]
         return cancelled
 
+    def join(self, timeout: float) -> list[threading.Thread]:
+        """After shutdown(): wait up to ``timeout`` s for the threads that run no job to
+        leave (closing their database connections); returns those still running. A thread
+        still in a job (one that ran over its timeout, or past the shutdown deadline) is
+        not waited for."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            busy = {ident for _began, ident in self._started.values()}
+            busy |= {abandoned.thread for abandoned in self._abandoned.values()}
+        for thread in self._threads:
+            if thread.ident not in busy:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return [thread for thread in self._threads if thread.is_alive()]
+
     def shutdown(self) -> None:
         """Let the threads go once the jobs they hold are done; each closes its database
         connections on the way out. Jobs not yet started were withdrawn first
