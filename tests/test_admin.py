@@ -1,3 +1,4 @@
+import re
 from datetime import timedelta
 
 import pytest
@@ -234,11 +235,11 @@ def test_the_dashboard_shows_each_endpoints_health(admin_client, receiver, webho
     assert {d.status for d in settled(message)} == {"succeeded"}
     webhooks.disable(shaky, "moved to a new URL")
     page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
-    section = page.split('id="outbox-endpoints"')[1]
-    down = section.split(shaky.url)[1].split("</tr>")[0]
+    rows = page.split('id="outbox-endpoints"')[1].split("</tr>")
+    down = next(row for row in rows if shaky.url in row)
     assert '"num">2<' in down and "50 %" in down  # two attempts, one succeeded
     assert "disabled: moved to a new URL" in down
-    ok = section.split(healthy.url)[1].split("</tr>")[0]
+    ok = next(row for row in rows if healthy.url in row)
     assert '"num">1<' in ok and "100 %" in ok
 
 
@@ -386,3 +387,57 @@ def test_the_date_hierarchy_drills_down_without_reading_the_tables_dates(admin_c
     )
     listed = [job.pk for job in admin_client.get(day).context["cl"].result_list]
     assert listed == [recent.pk]  # Django's own filtering by the chosen day
+
+
+# --- The pages' frame: the admin's breadcrumbs, on Django 5.2 and 6.1 alike -------------
+
+
+def breadcrumbs(html: str) -> tuple[str, str]:
+    """The breadcrumbs' element as the page writes it ('ol' on Django 6.1, 'div' before,
+    as its stylesheet expects) and what is in it."""
+    found = re.search(r'<(\w+) class="breadcrumbs">(.*?)</\1>', html, re.S)
+    assert found, "no breadcrumbs"
+    return found.group(1), found.group(2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_our_pages_write_their_breadcrumbs_as_the_admins_own_pages_do(admin_client):
+    stock, _ = breadcrumbs(admin_client.get("/admin/auth/user/").content.decode())
+    job = failed_job()
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
+    delivery = webhooks.send("invoice.paid", {"id": 1}).deliveries.get()
+    attempt = delivery.attempt_log.create(number=1, started_at=timezone.now(), duration=0.1)
+    pages = {
+        "dashboard": admin_client.get("/admin/django_outbox/dashboard/"),
+        "recover": act(admin_client, "endpoint", "recover", [endpoint.pk], follow=False),
+        "job": admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/"),
+        "attempt": admin_client.get(f"/admin/django_outbox/attempt/{attempt.pk}/change/"),
+    }
+    for name, response in pages.items():
+        tag, crumbs = breadcrumbs(response.content.decode())
+        assert tag == stock, name
+        assert 'href="/admin/">Home</a>' in crumbs and 'href="/admin/django_outbox/"' in crumbs
+
+
+def test_the_dashboard_shows_every_configured_queue_even_without_jobs(admin_client, settings):
+    settings.OUTBOX = settings.OUTBOX | {"QUEUES": {"bulk": {"concurrency": 2}}}
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    # TASKS' queues (the tests' settings), the webhook deliveries' and OUTBOX["QUEUES"]'.
+    for queue in ("default", "emails", "reports", "slow", "webhooks", "bulk"):
+        row = page.split(f'data-queue="{queue}"')[1].split("</tr>")[0]
+        assert 'queued">0<' in row and 'failed">0<' in row, queue
+
+
+# --- Lists that fit a laptop ------------------------------------------------------------
+
+
+def test_long_values_in_a_list_are_cut_and_whole_in_their_title(admin_client):
+    error = "requests.exceptions.ConnectionError: " + "refused " * 40
+    failed_job(error, task_path="myshop.billing.tasks.send_overdue_invoice_reminder_email")
+    page = admin_client.get("/admin/django_outbox/job/").content.decode()
+    cell = page.split('class="field-last_error"')[1].split("</td>")[0]
+    assert f'title="{error.strip()}"' in cell  # whole, on hover
+    assert ">ConnectionError: refused" in cell  # shown without its module
+    task = page.split('class="field-task"')[1].split("</td>")[0]
+    assert 'title="myshop.billing.tasks.send_overdue_invoice_reminder_email"' in task
+    assert ">send_overdue_invoice_reminder_email<" in task

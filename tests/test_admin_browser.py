@@ -1,9 +1,10 @@
-"""The dashboard in a real browser: headless Chromium (Debian's package) driven by
-Playwright, against a live server.
+"""The admin in a real browser: headless Chromium (Debian's package) driven by Playwright,
+against a live server, at a laptop's 1400 x 900.
 
-It takes a screenshot of the dashboard: into the test's temporary directory, or into
-``docs/img/`` (the one the docs show) when run by ``make screenshots``, which sets
-OUTBOX_SCREENSHOTS to that directory, so a plain test run leaves the tree as it was."""
+It takes screenshots of the dashboard, a job list, a failed job and a delivery: into the
+test's temporary directory, or into ``docs/img/`` (the one the docs show) when run by
+``make screenshots``, which sets OUTBOX_SCREENSHOTS to that directory, so a plain test run
+leaves the tree as it was."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.models import Job, JobStatus
+from django_outbox.models import Attempt, Job, JobStatus, ScheduleState, Worker
 
 CHROMIUM = os.environ.get("OUTBOX_CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("OUTBOX_REQUIRE_SERVICES") == "1"
+#: A laptop's screen: what the lists must fit without a horizontal scroll.
+LAPTOP = {"width": 1400, "height": 900}
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,9 +49,25 @@ def page(monkeypatch):
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         try:
-            yield browser.new_page(viewport={"width": 1280, "height": 1400})
+            yield browser.new_page(viewport=LAPTOP)
         finally:
             browser.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path) -> Path:
+    folder = Path(os.environ.get("OUTBOX_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def log_in(page, live_server, then: str) -> None:
+    User.objects.create_superuser("admin", "admin@example.com", "secret-pw")
+    page.goto(f"{live_server.url}/admin/login/?next={then}")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "secret-pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}{then}")
 
 
 def finished(status: str, count: int, minutes_ago: float = 0) -> None:
@@ -70,30 +89,25 @@ def finished(status: str, count: int, minutes_ago: float = 0) -> None:
     )
 
 
-def test_the_dashboard_live_in_a_browser(page, live_server, tmp_path):
-    User.objects.create_superuser("admin", "admin@example.com", "secret-pw")
+def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     for minutes_ago in range(0, 40, 3):
         finished(JobStatus.SUCCEEDED, 5 + minutes_ago % 7, minutes_ago)
     finished(JobStatus.FAILED, 2, 4)
     Job.objects.bulk_create(
         Job(task_path="shop.tasks.send_receipt", run_at=timezone.now()) for _ in range(4)
     )
-
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/django_outbox/dashboard/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", "secret-pw")
-    page.click("input[type=submit]")
+    log_in(page, live_server, "/admin/django_outbox/dashboard/")
     page.wait_for_selector("#outbox-queues")
 
-    # The numbers are the database's.
+    # The numbers are the database's; a configured queue without jobs has its line too.
     row = page.locator('tr[data-queue="default"]')
     assert row.locator(".queued").inner_text() == "4"
     assert row.locator(".failed").inner_text() == "2"
+    assert page.locator('tr[data-queue="emails"] .queued').inner_text() == "0"
     total = Job.objects.exclude(finished_at=None).count()
     assert page.locator("svg.outbox-chart").get_attribute("data-total") == str(total)
     assert "TimeoutError: the mail server did not answer" in page.inner_text("#outbox-failures")
-    screenshots = Path(os.environ.get("OUTBOX_SCREENSHOTS") or tmp_path)
-    screenshots.mkdir(parents=True, exist_ok=True)
+    assert_no_horizontal_scroll(page, "the dashboard")
     page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
     assert (screenshots / "dashboard.png").stat().st_size > 10_000
 
@@ -114,23 +128,187 @@ def test_the_dashboard_live_in_a_browser(page, live_server, tmp_path):
     assert "Jobs queued to run now: 1." in page.inner_text(".messagelist")
     failed.refresh_from_db()
     assert failed.status == JobStatus.QUEUED
-    page.screenshot(path=str(screenshots / "jobs.png"))
 
-    # A delivery's page: its message, its endpoint, and every attempt.
-    webhooks.create_endpoint("https://hooks.example.com/orders", tenant="acme")
-    message = webhooks.send("order.placed", {"order": 1042, "total": "12.00"}, tenant="acme")
-    delivery = message.deliveries.get()
+
+def laptop_rows() -> None:
+    """A row or two in every list, with values as long as real ones get."""
     now = timezone.now()
-    for number, code, error in ((1, 503, ""), (2, None, "no answer within 15 s"), (3, 200, "")):
-        delivery.attempt_log.create(
+    error = (
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='smtp.mail.example.com',"
+        " port=443): Max retries exceeded with url: /v3/messages (Caused by NewConnectionError"
+        "('<urllib3.connection.HTTPSConnection object at 0x7f3a>: Failed to establish a new "
+        "connection: [Errno 111] Connection refused'))"
+    )
+    for pk, status, queue in (
+        (1_234_567, JobStatus.FAILED, "reports"),
+        (1_234_568, JobStatus.QUEUED, "default"),
+        (1_234_569, JobStatus.RUNNING, "notifications-high-priority"),
+        (1_234_570, JobStatus.SUCCEEDED, "default"),
+    ):
+        Job.objects.create(
+            pk=pk,
+            task_path="myshop.billing.tasks.send_overdue_invoice_reminder_email",
+            queue=queue,
+            status=status,
+            attempts=3 if status == JobStatus.FAILED else 1,
+            max_attempts=10,
+            priority=-20,
+            run_at=now + timedelta(minutes=90) if status == JobStatus.QUEUED else now,
+            started_at=now - timedelta(seconds=95),
+            finished_at=now if status in (JobStatus.FAILED, JobStatus.SUCCEEDED) else None,
+            errors=[{"exception_class_path": "ConnectionError", "traceback": f"Tb\n{error}"}]
+            if status == JobStatus.FAILED
+            else [],
+        )
+    for n in range(2):
+        Worker.objects.create(
+            id=f"web-worker-{n}.eu-west-1.prod.internal:{40_000 + n}:a1b2c3",
+            hostname=f"web-worker-{n}.eu-west-1.prod.internal",
+            pid=40_000 + n,
+            queues=["default", "emails", "reports", "webhooks", "notifications-high-priority"],
+            concurrency=32,
+            started_at=now - timedelta(days=3),
+            stopped_at=now if n else None,
+        )
+    ScheduleState.objects.create(name="nightly-invoice-reminders", last_tick=now)
+    endpoint = webhooks.create_endpoint(
+        "https://hooks.customer-with-a-long-name.example.com/integrations/outbox/orders/incoming",
+        tenant="customer-with-a-long-name-gmbh",
+        event_types=["order.placed", "order.payment.captured", "order.refund.*"],
+    )
+    broken = webhooks.create_endpoint(
+        "https://hooks.other.example.com/in", tenant="customer-with-a-long-name-gmbh"
+    )
+    webhooks.disable(
+        broken, "410 Gone: the receiver said it no longer exists (attempt 14, 3 days failing)"
+    )
+    message = webhooks.send(
+        "order.payment.captured",
+        {"order": 1042},
+        tenant="customer-with-a-long-name-gmbh",
+        idempotency_key="order-1042-payment-captured-2024-11-30T12:00:00Z-attempt-2",
+    )
+    delivery = message.deliveries.get(endpoint=endpoint)
+    for number, code in ((1, 503), (2, None)):
+        Attempt.objects.create(
+            delivery=delivery,
             number=number,
-            started_at=now - timedelta(minutes=10 - number),
-            duration=0.2 if code else 15.0,
+            started_at=now - timedelta(minutes=3 - number),
+            duration=15.0,
             status_code=code,
-            succeeded=code == 200,
-            error_class="" if code else "ReadTimeout",
+            error_class="" if code else "httpx.ConnectTimeout",
             error_message=error,
         )
-    page.goto(f"{live_server.url}/admin/django_outbox/delivery/{delivery.pk}/change/")
-    assert "no answer within 15 s" in page.inner_text("body")
-    page.screenshot(path=str(screenshots / "delivery.png"), full_page=True)
+
+
+#: What the browser measures on a list: the table against the box it scrolls in, and each
+#: row's height against its height when nothing in it may wrap.
+MEASURE_LIST = """() => {
+  const table = document.querySelector('#result_list');
+  const box = table.closest('.results');
+  const rows = [...table.querySelectorAll('tbody tr')];
+  const heights = rows.map(r => r.getBoundingClientRect().height);
+  const style = document.createElement('style');
+  style.textContent = '#result_list * { white-space: nowrap !important; }';
+  document.head.append(style);
+  const unwrapped = rows.map(r => r.getBoundingClientRect().height);
+  style.remove();
+  return {
+    scrollWidth: box.scrollWidth,
+    clientWidth: box.clientWidth,
+    heights: heights,
+    unwrapped: unwrapped,
+    columns: [...table.querySelectorAll('thead th')].map(
+      th => `${th.innerText.trim()} ${Math.round(th.getBoundingClientRect().width)}`),
+  };
+}"""
+
+
+def assert_no_horizontal_scroll(page, what: str) -> None:
+    page_width = page.evaluate("document.documentElement.scrollWidth")
+    assert page_width <= LAPTOP["width"], f"{what} is {page_width} px wide"
+
+
+def test_every_list_fits_a_laptop_screen(page, live_server, settings, screenshots):
+    settings.OUTBOX = settings.OUTBOX | {
+        "SCHEDULES": {
+            "nightly-invoice-reminders": {
+                "task": "myshop.billing.tasks.send_overdue_invoice_reminder_email",
+                "cron": "0 3 * * *",
+                "timezone": "Europe/Amsterdam",
+            }
+        }
+    }
+    laptop_rows()
+    log_in(page, live_server, "/admin/django_outbox/job/")
+    lists = ["job", "worker", "schedulestate", "endpoint", "message", "delivery", "attempt"]
+    for model in lists:
+        page.goto(f"{live_server.url}/admin/django_outbox/{model}/")
+        seen = page.evaluate(MEASURE_LIST)
+        assert seen["heights"], f"the {model} list shows no row"
+        assert seen["scrollWidth"] <= seen["clientWidth"], (
+            f"the {model} list is {seen['scrollWidth']} px wide in {seen['clientWidth']} px: "
+            f"{seen['columns']}"
+        )
+        wrapped = [
+            n
+            for n, (h, one) in enumerate(zip(seen["heights"], seen["unwrapped"], strict=True))
+            if h > one + 1
+        ]
+        assert not wrapped, f"rows {wrapped} of the {model} list wrap: {seen}"
+        assert_no_horizontal_scroll(page, f"the {model} list")
+        if model == "job":
+            page.screenshot(path=str(screenshots / "jobs.png"))
+    # Long text is cut, whole in its title.
+    page.goto(f"{live_server.url}/admin/django_outbox/job/")
+    cut = page.locator("td.field-last_error .outbox-cut").first
+    assert "Connection refused" in (cut.get_attribute("title") or "")
+    assert cut.evaluate("e => e.scrollWidth > e.clientWidth")  # shown with an ellipsis
+
+
+BREADCRUMBS_STYLE = """() => {
+  const crumbs = document.querySelector('nav .breadcrumbs');
+  if (!crumbs) { return null; }
+  const s = getComputedStyle(crumbs);
+  const box = crumbs.getBoundingClientRect();
+  return {
+    tag: crumbs.tagName,
+    background: s.backgroundColor,
+    padding: s.padding,
+    color: s.color,
+    left: box.left,
+    width: box.width,
+    links: [...crumbs.querySelectorAll('a')].map(a => a.innerText.trim()),
+  };
+}"""
+
+
+def test_our_pages_wear_the_admins_breadcrumbs(page, live_server):
+    """On Django 5.2 and 6.1 alike (their markup differs: div, then ol), each of our pages
+    has the breadcrumbs of a stock admin page: the same bar, the same colours."""
+    job = Job.objects.create(task_path="shop.tasks.send_receipt", status=JobStatus.FAILED)
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
+    message = webhooks.send("order.placed", {"order": 1})
+    delivery = message.deliveries.get()
+    attempt = Attempt.objects.create(
+        delivery=delivery, number=1, started_at=timezone.now(), duration=0.1, status_code=500
+    )
+    log_in(page, live_server, "/admin/auth/user/")
+    stock = page.evaluate(BREADCRUMBS_STYLE)
+    assert stock and stock["background"] not in ("rgba(0, 0, 0, 0)", "transparent")
+    pages = {
+        "/admin/django_outbox/dashboard/": ["Home", "Outbox"],
+        f"/admin/django_outbox/job/{job.pk}/change/": ["Home", "Outbox", "Jobs"],
+        f"/admin/django_outbox/delivery/{delivery.pk}/change/": ["Home", "Outbox", "Deliveries"],
+        f"/admin/django_outbox/attempt/{attempt.pk}/change/": ["Home", "Outbox", "Attempts"],
+    }
+    for path, links in pages.items():
+        page.goto(f"{live_server.url}{path}")
+        assert page.evaluate(BREADCRUMBS_STYLE) == stock | {"links": links}, path
+    # The form of the "resend failed deliveries since…" action.
+    page.goto(f"{live_server.url}/admin/django_outbox/endpoint/")
+    page.check(f'input[name="_selected_action"][value="{endpoint.pk}"]')
+    page.select_option('select[name="action"]', "recover")
+    page.click('button[name="index"]')
+    page.wait_for_selector('input[name="since"]')
+    assert page.evaluate(BREADCRUMBS_STYLE) == stock | {"links": ["Home", "Outbox", "Endpoints"]}

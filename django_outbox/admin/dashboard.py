@@ -99,18 +99,41 @@ class DashboardAdmin(admin.ModelAdmin):
             "opts": self.opts,
             "data": data,
             "chart": chart(data.minutes),
-            "queues": [(line, display.age(line.oldest_due, data.now)) for line in data.queues],
+            "queues": [
+                (line, display.cut(line.queue, 20), display.age(line.oldest_due, data.now))
+                for line in data.queues
+            ],
             "times": {
                 name: display.duration(getattr(data.times, name))
                 for name in ("wait_p50", "wait_p95", "run_p50", "run_p95")
             },
             "workers": [
-                (w, display.age(w.heartbeat_at, data.now), overview.is_alive(w, data.now))
+                (
+                    w,
+                    display.cut(w.hostname, 20),
+                    display.cut(", ".join(w.queues)),
+                    display.age(w.heartbeat_at, data.now),
+                    overview.is_alive(w, data.now),
+                )
                 for w in data.workers
             ],
-            "endpoints": data.endpoints,
+            "endpoints": [
+                (
+                    h,
+                    display.cut(h.endpoint.url),
+                    display.cut(h.endpoint.tenant, 10),
+                    display.cut(f"disabled: {h.endpoint.disabled_reason}", 16),
+                )
+                for h in data.endpoints
+            ],
             "failures": [
-                (job, display.last_error_line(job.errors), display.age(job.finished_at, data.now))
+                (
+                    job,
+                    display.cut(job.task_path, 18),
+                    display.cut(job.queue, 8),
+                    display.cut(display.last_error_line(job.errors, limit=1000)),
+                    display.age(job.finished_at, data.now),
+                )
                 for job in data.failures
             ],
         }

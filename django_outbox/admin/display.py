@@ -28,11 +28,12 @@ COLOURS = {
 }
 
 
-def status_badge(status: str, label: str | None = None) -> SafeString:
+def status_badge(status: str, label: str | None = None, title: str = "") -> SafeString:
     return format_html(
         '<span class="outbox-status" style="color:#fff;background:{};padding:1px 6px;'
-        'border-radius:8px;white-space:nowrap">{}</span>',
+        'border-radius:8px;white-space:nowrap"{}>{}</span>',
         COLOURS.get(status, "#6b7280"),
+        format_html(' title="{}"', title) if title else "",
         label or status,
     )
 
@@ -59,6 +60,44 @@ def duration(span: timedelta | float | None) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.0f} h"
     return f"{seconds / 86400:.0f} d"
+
+
+def cut(text: str, width_em: float | None = None, shown: str | None = None) -> SafeString | str:
+    """``text`` (or ``shown``, a short form of it) on one line, cut with an ellipsis where
+    it is wider than ``width_em`` (None: than the width its list column has left, see
+    styles.html); ``text`` whole in its title."""
+    if not text:
+        return ""
+    shown = text if shown is None else shown
+    if width_em is None:
+        return format_html('<span class="outbox-cut outbox-fill" title="{}">{}</span>', text, shown)
+    return format_html(
+        '<span class="outbox-cut" style="max-width:{}em" title="{}">{}</span>',
+        width_em,
+        text,
+        shown,
+    )
+
+
+def without_module(error_line: str) -> str:
+    """'ConnectionError: refused' for 'requests.exceptions.ConnectionError: refused'."""
+    name, colon, rest = error_line.partition(":")
+    if " " in name or "." not in name:
+        return error_line
+    return name.rsplit(".", 1)[-1] + colon + rest
+
+
+def dated(text: str, at: datetime | None, what: str = "") -> SafeString | str:
+    """``text`` (an age, say) with the exact time it stands for in its title."""
+    if at is None:
+        return text
+    title = f"{what} {timezone.localtime(at):%Y-%m-%d %H:%M:%S}".strip()
+    return format_html('<span title="{}">{}</span>', title, text)
+
+
+def ago(at: datetime | None, what: str = "") -> SafeString | str:
+    """'4 min ago', with the time in its title."""
+    return NOTHING if at is None else dated(f"{age(at)} ago", at, what)
 
 
 def first_line(text: str, limit: int = 120) -> str:

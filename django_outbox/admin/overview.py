@@ -4,7 +4,8 @@ Every query is limited by a time window or by an index over live rows only, so t
 costs the same with a thousand jobs or a million:
 
 - queue counts read the active rows (queued, running) through their partial indexes,
-  and failures of the last 24 h through the partial index on failed rows;
+  and failures of the last 24 h through the partial index on failed rows; every queue
+  the settings name has its line, jobs or not;
 - throughput reads the jobs finished in the last 60 minutes (index on finished_at);
 - wait and run times come from the latest ``SAMPLE`` jobs finished in the last hour;
 - webhook health reads the endpoints' hourly counts of the last 24 h, not the attempts.
@@ -20,7 +21,8 @@ from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from django_outbox import health
+from django_outbox import conf, health
+from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.models import Endpoint, EndpointHour, Job, JobStatus, Worker
 
 #: Jobs read for the wait and run time percentiles.
@@ -94,8 +96,26 @@ def overview(now: datetime | None = None) -> Overview:
     )
 
 
+def configured_queues() -> set[str]:
+    """The queues the settings name: ``OUTBOX["QUEUES"]``, and the ``QUEUES`` of each
+    ``TASKS`` backend of ours (the webhook deliveries' queue among them)."""
+    from django_outbox.backend import OutboxBackend
+
+    names = set(conf.get().QUEUES)
+    for alias in task_backends:
+        try:
+            backend = task_backends[alias]
+        except InvalidTaskBackend:
+            continue  # Django's own check names what is wrong with it
+        if isinstance(backend, OutboxBackend):
+            names.update(backend.queues)
+    return names
+
+
 def queue_lines(now: datetime) -> list[QueueLine]:
-    lines: dict[str, QueueLine] = {}
+    """A line per configured queue, even one without jobs yet, and per queue that has
+    jobs queued, running or failed in the last 24 h."""
+    lines: dict[str, QueueLine] = {queue: QueueLine(queue) for queue in configured_queues()}
 
     def line(queue: str) -> QueueLine:
         return lines.setdefault(queue, QueueLine(queue))

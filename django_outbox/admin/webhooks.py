@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString
 from django_outbox import webhooks
 from django_outbox.admin import display, lists
 from django_outbox.admin.jobs import ReadOnlyAdmin
-from django_outbox.models import Attempt, Delivery, Endpoint, Message
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Message
 
 
 def link(obj: Any, text: Any = None) -> SafeString:
@@ -66,16 +66,7 @@ class RecoverForm(forms.Form):
 
 @admin.register(Endpoint)
 class EndpointAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "url",
-        "tenant",
-        "state",
-        "event_type_patterns",
-        "consecutive_failures",
-        "failing_since",
-        "created_at",
-    ]
+    list_display = ["address", "tenant_name", "state", "event_type_patterns", "failures"]
     list_filter = ["active", "tenant", "created_at"]
     search_fields = ["url", "tenant", "description"]
     ordering = ["-id"]
@@ -86,15 +77,29 @@ class EndpointAdmin(ReadOnlyAdmin):
     readonly_fields = ["masked_secret", "masked_previous_secret", "deliveries"]
     actions = ["enable", "disable", "rotate_secret", "send_test_event", "recover"]
 
+    @admin.display(description="URL", ordering="url")
+    def address(self, endpoint: Endpoint) -> SafeString | str:
+        return display.cut(endpoint.url)
+
+    @admin.display(description="tenant", ordering="tenant")
+    def tenant_name(self, endpoint: Endpoint) -> SafeString | str:
+        return display.cut(endpoint.tenant, 10)
+
     @admin.display(description="state", ordering="active")
     def state(self, endpoint: Endpoint) -> SafeString:
         if endpoint.active:
             return display.status_badge("succeeded", "active")
-        return display.status_badge("failed", f"disabled: {endpoint.disabled_reason}")
+        return display.status_badge("failed", "disabled", title=endpoint.disabled_reason)
 
     @admin.display(description="event types")
-    def event_type_patterns(self, endpoint: Endpoint) -> str:
-        return ", ".join(endpoint.event_types) or "all"
+    def event_type_patterns(self, endpoint: Endpoint) -> SafeString | str:
+        return display.cut(", ".join(endpoint.event_types) or "all", 12)
+
+    @admin.display(description="failures", ordering="consecutive_failures")
+    def failures(self, endpoint: Endpoint) -> SafeString:
+        since = endpoint.failing_since
+        title = f"in a row, since {timezone.localtime(since):%Y-%m-%d %H:%M:%S}" if since else ""
+        return format_html('<span title="{}">{}</span>', title, endpoint.consecutive_failures)
 
     @admin.display(description="secret")
     def masked_secret(self, endpoint: Endpoint) -> str:
@@ -208,7 +213,7 @@ class DeliveryInline(admin.TabularInline):
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    list_display = ["id", "uid", "event_type", "tenant", "idempotency_key", "created_at", "sent"]
+    list_display = ["id", "event", "tenant_name", "key", "created", "sent"]
     list_filter = [lists.EventTypeFilter, lists.TenantFilter]
     date_hierarchy = "created_at"
     search_fields = ["=uid", "=event_type", "=idempotency_key", "=tenant"]
@@ -217,6 +222,22 @@ class MessageAdmin(ReadOnlyAdmin):
     readonly_fields = ["payload"]
     inlines = [DeliveryInline]
     actions = ["replay"]
+
+    @admin.display(description="event type", ordering="event_type")
+    def event(self, message: Message) -> SafeString | str:
+        return display.cut(message.event_type, 16)
+
+    @admin.display(description="tenant", ordering="tenant")
+    def tenant_name(self, message: Message) -> SafeString | str:
+        return display.cut(message.tenant, 10)
+
+    @admin.display(description="idempotency key")
+    def key(self, message: Message) -> SafeString | str:
+        return display.cut(message.idempotency_key or "")
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, message: Message) -> SafeString | str:
+        return display.ago(message.created_at, "created")
 
     @admin.display(description="deliveries")
     def sent(self, message: Message) -> SafeString:
@@ -257,16 +278,7 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "message_link",
-        "endpoint_link",
-        "coloured_status",
-        "attempts",
-        "next_attempt_at",
-        "last_attempt_at",
-        "created_at",
-    ]
+    list_display = ["id", "event", "endpoint_link", "coloured_status", "attempts", "when"]
     list_filter = [
         "status",
         ("endpoint", admin.RelatedOnlyFieldListFilter),
@@ -294,9 +306,24 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def message_link(self, delivery: Delivery) -> SafeString:
         return link(delivery.message, f"{delivery.message.event_type} ({delivery.message.uid})")
 
+    @admin.display(description="message", ordering="message")
+    def event(self, delivery: Delivery) -> SafeString:
+        return link(delivery.message, display.cut(delivery.message.event_type, 14))
+
     @admin.display(description="endpoint", ordering="endpoint")
     def endpoint_link(self, delivery: Delivery) -> SafeString:
-        return link(delivery.endpoint, delivery.endpoint.url)
+        return link(delivery.endpoint, display.cut(delivery.endpoint.url))
+
+    @admin.display(description="when")
+    def when(self, delivery: Delivery) -> SafeString | str:
+        """Pending: when it is next tried; otherwise when it was last tried."""
+        if delivery.status == DeliveryStatus.PENDING and delivery.next_attempt_at is not None:
+            due = delivery.next_attempt_at - timezone.now()
+            text = f"next in {display.duration(due)}" if due.total_seconds() > 0 else "due now"
+            return display.dated(text, delivery.next_attempt_at, "next attempt")
+        if delivery.last_attempt_at is not None:
+            return display.ago(delivery.last_attempt_at, "last attempt")
+        return display.ago(delivery.created_at, "created")
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, delivery: Delivery) -> SafeString:
@@ -307,17 +334,18 @@ class DeliveryAdmin(ReadOnlyAdmin):
         resend_all(self, request, queryset)
 
 
+def outcome(attempt: Attempt) -> SafeString:
+    """The status code, or the error's class for a request that got no answer."""
+    if attempt.status_code:
+        label, title = str(attempt.status_code), ""
+    else:
+        label, title = attempt.error_class.rsplit(".", 1)[-1], attempt.error_class
+    return display.status_badge("succeeded" if attempt.succeeded else "failed", label, title)
+
+
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "delivery_link",
-        "number",
-        "started_at",
-        "took",
-        "outcome",
-        "error",
-    ]
+    list_display = ["id", "delivery_link", "number", "started", "took", "outcome", "error"]
     list_filter = ["succeeded", lists.AnswerFilter]
     date_hierarchy = "started_at"
     list_select_related = ["delivery"]
@@ -330,18 +358,21 @@ class AttemptAdmin(ReadOnlyAdmin):
     def delivery_link(self, attempt: Attempt) -> SafeString:
         return link(attempt.delivery, f"#{attempt.delivery_id}")
 
+    @admin.display(description="started", ordering="started_at")
+    def started(self, attempt: Attempt) -> SafeString | str:
+        return display.ago(attempt.started_at, "started")
+
     @admin.display(description="took", ordering="duration")
     def took(self, attempt: Attempt) -> str:
         return display.duration(attempt.duration)
 
     @admin.display(description="outcome", ordering="status_code")
     def outcome(self, attempt: Attempt) -> SafeString:
-        label = str(attempt.status_code) if attempt.status_code else attempt.error_class
-        return display.status_badge("succeeded" if attempt.succeeded else "failed", label)
+        return outcome(attempt)
 
     @admin.display(description="error")
-    def error(self, attempt: Attempt) -> str:
-        return display.first_line(attempt.error_message)
+    def error(self, attempt: Attempt) -> SafeString | str:
+        return display.cut(display.first_line(attempt.error_message, limit=1000))
 
     @admin.display(description="response headers")
     def headers(self, attempt: Attempt) -> SafeString:

@@ -1,10 +1,15 @@
-"""A date hierarchy for large tables: the same drill-down as Django's (year → month → day),
-with choices worked out from the calendar instead of read from the table.
+"""Template tags of the admin pages.
 
-Django's own tag runs MIN and MAX over the list, then SELECT DISTINCT of its years, months
-or days: full scans of a table of millions of rows on every page. This one offers the last
-YEARS years, every month of a year and every day of a month (none in the future); a period
-with no rows simply lists nothing. Filtering by the chosen period is Django's own.
+``outbox_date_hierarchy``: a date hierarchy for large tables, the same drill-down as
+Django's (year → month → day), with choices worked out from the calendar instead of read
+from the table. Django's own tag runs MIN and MAX over the list, then SELECT DISTINCT of its
+years, months or days: full scans of a table of millions of rows on every page. This one
+offers the last YEARS years, every month of a year and every day of a month (none in the
+future); a period with no rows simply lists nothing. Filtering by the chosen period is
+Django's own.
+
+``outbox_breadcrumbs``: the breadcrumbs of a page of ours, marked up as the installed
+Django's admin marks up its own, so that its stylesheet dresses them.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import calendar
 import datetime
 from typing import Any
 
+import django
 from django import template
 from django.contrib.admin.utils import get_fields_from_path
 from django.utils import formats, timezone
@@ -23,6 +29,23 @@ register = template.Library()
 
 #: Years offered at the top level, this one included.
 YEARS = 3
+
+#: Django 6.1's admin writes its breadcrumbs as a list (``<ol class="breadcrumbs">`` of
+#: ``<li>``) and its stylesheet styles only that; 5.2 and 6.0 write and style
+#: ``<div class="breadcrumbs">`` with ``&rsaquo;`` between the links. Either markup under the
+#: other's stylesheet shows bare links at the page's left edge.
+BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
+
+
+@register.inclusion_tag("admin/django_outbox/breadcrumbs.html")
+def outbox_breadcrumbs(opts: Any, here: str, model_list: bool = True) -> dict[str, Any]:
+    """Home, the app, the model's list (unless ``model_list`` is false), ``here``."""
+    return {
+        "opts": opts,
+        "here": here,
+        "model_list": model_list,
+        "as_list": BREADCRUMBS_AS_LIST,
+    }
 
 
 @register.inclusion_tag("admin/date_hierarchy.html")
