@@ -441,3 +441,57 @@ def test_long_values_in_a_list_are_cut_and_whole_in_their_title(admin_client):
     task = page.split('class="field-task"')[1].split("</td>")[0]
     assert 'title="myshop.billing.tasks.send_overdue_invoice_reminder_email"' in task
     assert ">send_overdue_invoice_reminder_email<" in task
+
+
+# --- A delivery's attempts, by round -----------------------------------------------------
+
+
+def test_rounds_begin_where_the_attempt_number_does_not_go_up():
+    from django_outbox.admin.rounds import rounds
+
+    assert rounds([(10, 1), (11, 2), (12, 3), (13, 1), (14, 1), (15, 2)]) == {
+        10: 1,
+        11: 1,
+        12: 1,
+        13: 2,
+        14: 3,
+        15: 3,
+    }
+    assert rounds([]) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resent_deliverys_attempts_are_labelled_once_each_by_round(admin_client):
+    webhooks.create_endpoint("https://hooks.example.com/in")
+    delivery = webhooks.send("invoice.paid", {"id": 1}).deliveries.get()
+    now = timezone.now()
+
+    def attempt(number: int, minutes_ago: int, code: int):
+        return delivery.attempt_log.create(
+            number=number,
+            started_at=now - timedelta(minutes=minutes_ago),
+            duration=0.1,
+            status_code=code,
+            succeeded=code == 200,
+        )
+
+    attempt(1, 30, 503)
+    attempt(2, 29, 503)
+    Job.objects.filter(queue="webhooks").update(status=JobStatus.FAILED)
+    assert webhooks.resend(delivery)  # a new round, numbered from 1
+    again = attempt(1, 1, 200)
+
+    page = admin_client.get(f"/admin/django_outbox/delivery/{delivery.pk}/change/")
+    html = page.content.decode()
+    labels = re.findall(r">(round \d+, attempt \d+)</a>", html)
+    assert labels == ["round 1, attempt 1", "round 1, attempt 2", "round 2, attempt 1"]
+    assert "attempt 1 of delivery" not in html  # the title that repeated
+    detail = admin_client.get(f"/admin/django_outbox/attempt/{again.pk}/change/").content.decode()
+    assert f"<h2>Round 2, attempt 1 of delivery #{delivery.pk}</h2>" in detail
+    assert f"<title>Round 2, attempt 1 of delivery #{delivery.pk} |" in detail
+    listed = admin_client.get("/admin/django_outbox/attempt/").content.decode()
+    assert re.findall(r">(round \d+, attempt \d+)</a>", listed) == [
+        "round 2, attempt 1",
+        "round 1, attempt 2",
+        "round 1, attempt 1",
+    ]

@@ -312,3 +312,37 @@ def test_our_pages_wear_the_admins_breadcrumbs(page, live_server):
     page.click('button[name="index"]')
     page.wait_for_selector('input[name="since"]')
     assert page.evaluate(BREADCRUMBS_STYLE) == stock | {"links": ["Home", "Outbox", "Endpoints"]}
+
+
+def test_a_delivery_resent_shows_each_attempt_once_by_round(page, live_server, screenshots):
+    webhooks.create_endpoint("https://hooks.example.com/orders", tenant="acme")
+    message = webhooks.send("order.placed", {"order": 1042, "total": "12.00"}, tenant="acme")
+    delivery = message.deliveries.get()
+    now = timezone.now()
+    for minutes_ago, number, code, error in (
+        (30, 1, 503, ""),
+        (29, 2, None, "no answer within 15 s"),
+        (28, 3, 503, ""),
+        (5, 1, 200, ""),  # resent: a new round, numbered from 1
+    ):
+        delivery.attempt_log.create(
+            number=number,
+            started_at=now - timedelta(minutes=minutes_ago),
+            duration=0.2 if code else 15.0,
+            status_code=code,
+            succeeded=code == 200,
+            error_class="" if code else "ReadTimeout",
+            error_message=error,
+        )
+    log_in(page, live_server, f"/admin/django_outbox/delivery/{delivery.pk}/change/")
+    labels = page.locator("#attempts-group tbody th").all_inner_texts()
+    assert labels == [
+        "round 1, attempt 1",
+        "round 1, attempt 2",
+        "round 1, attempt 3",
+        "round 2, attempt 1",
+    ]
+    assert "no answer within 15 s" in page.inner_text("#attempts-group")
+    page.screenshot(path=str(screenshots / "delivery.png"), full_page=True)
+    page.click("text=round 2, attempt 1")
+    assert "Round 2, attempt 1 of delivery" in page.inner_text("#content")

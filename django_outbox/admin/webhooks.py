@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import QuerySet
@@ -20,7 +21,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_outbox import webhooks
-from django_outbox.admin import display, lists
+from django_outbox.admin import display, lists, rounds
 from django_outbox.admin.jobs import ReadOnlyAdmin
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Message
 
@@ -253,29 +254,6 @@ class MessageAdmin(ReadOnlyAdmin):
         resend_all(self, request, deliveries)
 
 
-class AttemptInline(admin.TabularInline):
-    model = Attempt
-    readonly_fields = ["attempt", "started_at", "duration", "status_code", "error_class", "error"]
-    fields = tuple(readonly_fields)
-    extra = 0
-    can_delete = False
-    ordering = ["started_at", "number"]
-
-    @admin.display(description="attempt")
-    def attempt(self, attempt: Attempt) -> SafeString:
-        return link(attempt, attempt.number)
-
-    @admin.display(description="error")
-    def error(self, attempt: Attempt) -> str:
-        return display.first_line(attempt.error_message)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
     list_display = ["id", "event", "endpoint_link", "coloured_status", "attempts", "when"]
@@ -288,18 +266,17 @@ class DeliveryAdmin(ReadOnlyAdmin):
     list_select_related = ["message", "endpoint"]
     search_fields = ["=message__uid", "message__event_type", "=message__idempotency_key"]
     ordering = ["-id"]
-    readonly_fields = ["message_link", "endpoint_link"]
+    readonly_fields = ["message_link", "endpoint_link", "attempts_this_round"]
     fields = [
         "message_link",
         "endpoint_link",
         "status",
-        "attempts",
+        "attempts_this_round",
         "next_attempt_at",
         "last_attempt_at",
         "resent_at",
         "created_at",
     ]
-    inlines = [AttemptInline]
     actions = ["resend"]
 
     @admin.display(description="message", ordering="message")
@@ -314,6 +291,10 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def endpoint_link(self, delivery: Delivery) -> SafeString:
         return link(delivery.endpoint, display.cut(delivery.endpoint.url))
 
+    @admin.display(description="attempts in its current round")
+    def attempts_this_round(self, delivery: Delivery) -> int:
+        return delivery.attempts
+
     @admin.display(description="when")
     def when(self, delivery: Delivery) -> SafeString | str:
         """Pending: when it is next tried; otherwise when it was last tried."""
@@ -324,6 +305,32 @@ class DeliveryAdmin(ReadOnlyAdmin):
         if delivery.last_attempt_at is not None:
             return display.ago(delivery.last_attempt_at, "last attempt")
         return display.ago(delivery.created_at, "created")
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Delivery | None = None,
+    ) -> HttpResponse:
+        """The page lists every attempt, labelled by its round: a resend numbers its
+        attempts from 1 again (see rounds.py)."""
+        if obj is not None:
+            attempts = list(obj.attempt_log.order_by("started_at", "id"))
+            found = rounds.rounds([(a.pk, a.number) for a in attempts])
+            context["attempt_rows"] = [
+                {
+                    "attempt": attempt,
+                    "label": rounds.label(attempt, found[attempt.pk]),
+                    "took": display.duration(attempt.duration),
+                    "outcome": outcome(attempt),
+                    "error": display.cut(display.first_line(attempt.error_message, limit=1000)),
+                }
+                for attempt in attempts
+            ]
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, delivery: Delivery) -> SafeString:
@@ -343,9 +350,19 @@ def outcome(attempt: Attempt) -> SafeString:
     return display.status_badge("succeeded" if attempt.succeeded else "failed", label, title)
 
 
+class AttemptChangeList(ChangeList):
+    """Finds each listed attempt's round: one query over the listed deliveries' attempts."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        found = rounds.rounds_of(attempt.delivery_id for attempt in self.result_list)
+        for attempt in self.result_list:
+            attempt.round = found.get(attempt.pk)  # read by AttemptAdmin.attempt
+
+
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ["id", "delivery_link", "number", "started", "took", "outcome", "error"]
+    list_display = ["attempt", "delivery_link", "started", "took", "outcome", "error"]
     list_filter = ["succeeded", lists.AnswerFilter]
     date_hierarchy = "started_at"
     list_select_related = ["delivery"]
@@ -353,6 +370,13 @@ class AttemptAdmin(ReadOnlyAdmin):
     exclude = ["delivery", "response_headers", "response_body"]
     readonly_fields = ["delivery_link", "headers", "body"]
     actions: list[str] = []
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return AttemptChangeList
+
+    @admin.display(description="attempt", ordering="id")
+    def attempt(self, attempt: Attempt) -> str:
+        return rounds.label(attempt, getattr(attempt, "round", None))
 
     @admin.display(description="delivery", ordering="delivery")
     def delivery_link(self, attempt: Attempt) -> SafeString:
@@ -373,6 +397,23 @@ class AttemptAdmin(ReadOnlyAdmin):
     @admin.display(description="error")
     def error(self, attempt: Attempt) -> SafeString | str:
         return display.cut(display.first_line(attempt.error_message, limit=1000))
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Attempt | None = None,
+    ) -> HttpResponse:
+        """Titled by its round and number ('Round 2, attempt 1 of delivery #7'): the
+        number alone repeats after a resend."""
+        if obj is not None:
+            found = rounds.rounds_of([obj.delivery_id])
+            name = f"{rounds.label(obj, found.get(obj.pk))} of delivery #{obj.delivery_id}"
+            context["subtitle"] = context["attempt_label"] = name[:1].upper() + name[1:]
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description="response headers")
     def headers(self, attempt: Attempt) -> SafeString:
