@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.test import Client
 from django.utils import timezone
 
 from django_outbox import webhooks
@@ -495,3 +496,68 @@ def test_a_resent_deliverys_attempts_are_labelled_once_each_by_round(admin_clien
         "round 1, attempt 2",
         "round 1, attempt 1",
     ]
+
+
+# --- The "Retry now" button of a job's page ----------------------------------------------
+
+
+def retry_url(job: Job) -> str:
+    return f"/admin/django_outbox/job/{job.pk}/retry/"
+
+
+def test_a_failed_jobs_page_has_a_retry_button_that_queues_it_again(admin_client):
+    job = failed_job()
+    page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+    assert f'name="_retry" value="Retry now" formaction="{retry_url(job)}"' in page
+    response = admin_client.post(retry_url(job), follow=True)
+    assert response.redirect_chain == [(f"/admin/django_outbox/job/{job.pk}/change/", 302)]
+    assert messages_of(response) == [f"Job #{job.pk} is queued to run now (attempt 4 of 4)."]
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED and job.max_attempts == 4  # as the action does
+    assert len(job.errors) == 1
+    assert 'name="_retry"' not in response.content.decode()  # due now: nothing to offer
+
+
+def test_the_retry_button_is_offered_only_where_it_does_something(admin_client):
+    offered = {
+        "failed": failed_job(),
+        "cancelled": a_job(JobStatus.CANCELLED, finished_at=timezone.now()),
+        "queued for later": a_job(run_at=timezone.now() + timedelta(hours=1)),
+    }
+    not_offered = {
+        "queued and due": a_job(),
+        "running": a_job(JobStatus.RUNNING),
+        "succeeded": a_job(JobStatus.SUCCEEDED, finished_at=timezone.now()),
+    }
+    for name, job in {**offered, **not_offered}.items():
+        page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+        assert ('name="_retry"' in page) == (name in offered), name
+    later = admin_client.get(f"/admin/django_outbox/job/{offered['queued for later'].pk}/change/")
+    assert 'value="Run now"' in later.content.decode()
+    succeeded = not_offered["succeeded"]
+    response = admin_client.post(retry_url(succeeded), follow=True)
+    assert messages_of(response) == [
+        f"Job #{succeeded.pk} was left as it was: it is succeeded now."
+    ]
+
+
+def test_the_retry_button_leaves_a_job_whose_dedup_key_an_active_job_holds(admin_client):
+    old = failed_job(dedup_key="report-1")
+    a_job(dedup_key="report-1")
+    response = admin_client.post(retry_url(old), follow=True)
+    assert Job.objects.get(pk=old.pk).status == JobStatus.FAILED
+    assert "holds its dedup key (report-1)" in messages_of(response)[0]
+
+
+def test_the_retry_button_needs_a_post_the_csrf_token_and_the_change_permission(client):
+    job = failed_job()
+    client.force_login(staff_user("view_job"))
+    page = client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+    assert 'name="_retry"' not in page  # not offered to a user who may only view
+    assert client.post(retry_url(job)).status_code == 403
+    admin = User.objects.create_superuser("boss", "boss@example.com", "pw")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin)
+    assert strict.get(retry_url(job)).status_code == 405
+    assert strict.post(retry_url(job)).status_code == 403  # no CSRF token
+    assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED

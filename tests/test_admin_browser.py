@@ -130,6 +130,37 @@ def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     assert failed.status == JobStatus.QUEUED
 
 
+def test_a_failed_jobs_page_retries_it_with_one_button(page, live_server, screenshots):
+    now = timezone.now()
+    job = Job.objects.create(
+        task_path="shop.tasks.send_receipt",
+        args=[1042],
+        status=JobStatus.FAILED,
+        attempts=3,
+        max_attempts=3,
+        finished_at=now,
+        last_attempted_at=now - timedelta(seconds=2),
+        errors=[
+            {
+                "exception_class_path": "builtins.TimeoutError",
+                "traceback": "Traceback (most recent call last):\n  ...\n"
+                "TimeoutError: the mail server did not answer",
+            }
+        ],
+    )
+    log_in(page, live_server, f"/admin/django_outbox/job/{job.pk}/change/")
+    button = page.locator('input[name="_retry"]').first
+    assert button.is_visible() and button.get_attribute("value") == "Retry now"
+    page.screenshot(path=str(screenshots / "job.png"))
+    button.click()
+    page.wait_for_selector(".messagelist")
+    assert f"Job #{job.pk} is queued to run now" in page.inner_text(".messagelist")
+    assert page.url.endswith(f"/admin/django_outbox/job/{job.pk}/change/")
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED and job.max_attempts == 4
+    assert page.locator('input[name="_retry"]').count() == 0  # queued to run now: no button
+
+
 def laptop_rows() -> None:
     """A row or two in every list, with values as long as real ones get."""
     now = timezone.now()

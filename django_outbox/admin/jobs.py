@@ -5,8 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -59,6 +68,8 @@ class JobAdmin(ReadOnlyAdmin):
     search_fields = ["=id", "task_path", "=dedup_key"]
     ordering = ["-id"]
     actions = ["retry_now", "cancel", "delete_selected"]
+    # The buttons (Close, Delete, Retry now) above a long traceback too.
+    save_on_top = True
     readonly_fields = [
         "shown_result_id",
         "pretty_args",
@@ -188,6 +199,76 @@ class JobAdmin(ReadOnlyAdmin):
                 )
                 for number, error in enumerate(job.errors, start=1)
             ),
+        )
+
+    def get_urls(self) -> list[Any]:
+        info = self.opts.app_label, self.opts.model_name
+        retry = path(
+            "<path:object_id>/retry/",
+            self.admin_site.admin_view(self.retry_view),
+            name="{}_{}_retry".format(*info),
+        )
+        # Before the admin's own: its "<path:object_id>/" would take this URL too.
+        return [retry, *super().get_urls()]
+
+    def retry_offered(self, request: HttpRequest, job: Job) -> bool:
+        """The page's "Retry now" button: for a failed or cancelled job, or one queued for
+        later, to a user whom the actions allow to change jobs."""
+        later = job.status == JobStatus.QUEUED and job.run_at > timezone.now()
+        return self.has_act_permission(request) and (
+            job.status in (JobStatus.FAILED, JobStatus.CANCELLED) or later
+        )
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Job | None = None,
+    ) -> HttpResponse:
+        if obj is not None and self.retry_offered(request, obj):
+            context["retry_url"] = reverse(
+                f"{self.admin_site.name}:django_outbox_job_retry", args=[quote(obj.pk)]
+            )
+            context["retry_label"] = "Run now" if obj.status == JobStatus.QUEUED else "Retry now"
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The button on a job's page: POST only (the admin's views check its CSRF
+        token), the permission the "Retry now" action asks for, the same operation."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_act_permission(request):
+            raise PermissionDenied
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job with the id {object_id!r}.")
+        changed = operations.retry_now(Job.objects.filter(pk=job.pk))
+        job.refresh_from_db()
+        if changed.done:
+            self.message_user(
+                request,
+                f"Job #{job.pk} is queued to run now (attempt {job.attempts + 1} of "
+                f"{job.max_attempts}).",
+                messages.SUCCESS,
+            )
+        elif job.status in operations.RETRYABLE:
+            self.message_user(
+                request,
+                f"Job #{job.pk} was left as it was: another job that is queued or running "
+                f"holds its dedup key ({job.dedup_key}).",
+                messages.WARNING,
+            )
+        else:
+            self.message_user(
+                request,
+                f"Job #{job.pk} was left as it was: it is {job.status} now.",
+                messages.WARNING,
+            )
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:django_outbox_job_change", args=[quote(job.pk)])
         )
 
     @admin.action(description="Retry now (queued, failed or cancelled jobs)", permissions=["act"])
