@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.models import Attempt, Job, JobStatus, ScheduleState, Worker
+from django_outbox.models import Attempt, Delivery, Job, JobStatus, ScheduleState, Worker
 
 CHROMIUM = os.environ.get("OUTBOX_CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("OUTBOX_REQUIRE_SERVICES") == "1"
@@ -365,6 +365,14 @@ def test_a_delivery_resent_shows_each_attempt_once_by_round(page, live_server, s
             error_class="" if code else "ReadTimeout",
             error_message=error,
         )
+    Delivery.objects.filter(pk=delivery.pk).update(
+        status="succeeded",
+        attempts=1,
+        next_attempt_at=None,
+        last_attempt_at=now - timedelta(minutes=5),
+        resent_at=now - timedelta(minutes=6),
+        created_at=now - timedelta(minutes=31),
+    )
     log_in(page, live_server, f"/admin/django_outbox/delivery/{delivery.pk}/change/")
     labels = page.locator("#attempts-group tbody th").all_inner_texts()
     assert labels == [
