@@ -14,7 +14,7 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from django_outbox import conf
+from django_outbox import conf, text
 from django_outbox.compat import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -79,8 +79,8 @@ class OutboxBackend(BaseTaskBackend):
                 or not 0 < value <= MAX_SECONDS
             ):
                 raise InvalidTask(
-                    f"{name} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
-                    f" (a year), not {value!r}."
+                    f"{name} must be a number of seconds above 0 and at most "
+                    f"{text.number(MAX_SECONDS)} (a year), not {value!r}."
                 )
         if (
             task.backoff_base is not None

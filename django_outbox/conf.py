@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_outbox import text
 from django_outbox.ratelimits.rate import Rate
 
 T = TypeVar("T")
@@ -95,7 +96,7 @@ def webhook_settings_errors(raw: Any) -> list[str]:
         ):
             errors.append(
                 f"{where}['RETRY_SCHEDULE'] must be a non-empty list of seconds (numbers from 0"
-                f" to {MAX_NUMBER:g}), not {schedule!r}."
+                f" to {text.number(MAX_NUMBER)}), not {schedule!r}."
             )
     if "ALLOWED_NETWORKS" in raw:
         networks = raw["ALLOWED_NETWORKS"]
@@ -128,8 +129,8 @@ def _number_problem(value: Any, kind: type, floor: float, ceiling: float) -> str
     allowed = (int,) if kind is int else (int, float)
     wanted = "a whole number" if kind is int else "a number"
     if isinstance(value, bool) or not isinstance(value, allowed) or not floor < value <= ceiling:
-        low = "at least 0" if floor < 0 else f"greater than {floor:g}"
-        high = f"{ceiling:,.0f}" if ceiling >= 1e6 else f"{ceiling:g}"
+        low = "at least 0" if floor < 0 else f"greater than {text.number(floor)}"
+        high = f"{ceiling:,.0f}" if ceiling >= 1e6 else f"{text.number(ceiling)}"
         return f"{wanted} {low} and at most {high}"
     return None
 
@@ -427,8 +428,8 @@ def settings_errors(raw: Any) -> list[str]:
             errors.append(f"OUTBOX[{key!r}] must be {wanted}, not {value!r}.")
         elif not floor < value <= MAX_NUMBER:
             errors.append(
-                f"OUTBOX[{key!r}] must be greater than {floor:g} and at most {MAX_NUMBER:g},"
-                f" not {value!r}."
+                f"OUTBOX[{key!r}] must be greater than {text.number(floor)} and at most "
+                f"{text.number(MAX_NUMBER)}, not {value!r}."
             )
     if "WAKE" in raw and raw["WAKE"] not in WAKE_MODES:
         errors.append(

@@ -22,7 +22,7 @@ from typing import Any
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from django_outbox import conf
+from django_outbox import conf, text
 from django_outbox.models import Job, JobStatus, Worker
 
 #: Most finished jobs the failure rate is read from.
@@ -139,12 +139,12 @@ def check(
         if line.oldest_due_seconds is not None and line.oldest_due_seconds > max_due_age:
             problems.append(
                 f"the oldest due job of queue {line.queue!r} has waited "
-                f"{line.oldest_due_seconds:,.0f} s (more than {max_due_age:g} s)"
+                f"{line.oldest_due_seconds:,.0f} s (more than {text.number(max_due_age)} s)"
             )
     if rate is not None and len(recent) >= options.MIN_FINISHED and rate > max_failure_rate:
         problems.append(
-            f"{rate:.0%} of the last {len(recent):,} jobs finished in {window:g} s failed "
-            f"(more than {max_failure_rate:.0%})"
+            f"{rate:.0%} of the last {len(recent):,} jobs finished in {text.number(window)} s "
+            f"failed (more than {max_failure_rate:.0%})"
         )
     if problems:
         reason = f"unhealthy: {problems[0]}"
@@ -156,7 +156,7 @@ def check(
         reason = (
             f"ok: {len(workers)} live worker{'s' if len(workers) != 1 else ''}; "
             f"{due_total:,} jobs due; failure rate {shown_rate} of {len(recent):,} "
-            f"finished in {window:g} s"
+            f"finished in {text.number(window)} s"
         )
     return Health(
         ok=not problems,

@@ -172,9 +172,9 @@ def test_a_redis_that_is_down_hands_the_buckets_to_the_database(caplog):
     [
         ({"q": {"rate": 0}}, "OUTBOX['QUEUES']['q']['rate'] must be a number greater than 0"),
         ({"q": {"rate": -2}}, "['rate'] must be a number greater than 0"),
-        ({"q": {"rate": "10/s"}}, "['rate'] must be a number greater than 0 and at most 10000"),
+        ({"q": {"rate": "10/s"}}, "['rate'] must be a number greater than 0 and at most 10,000"),
         ({"q": {"rate": float("nan")}}, "['rate'] must be a number"),
-        ({"q": {"rate": 20_000}}, "at most 10000, not 20000"),
+        ({"q": {"rate": 20_000}}, "at most 10,000, not 20000"),
         ({"q": {"rate": 5, "burst": 0}}, "['burst'] must be a whole number greater than 0"),
         ({"q": {"rate": 5, "burst": 2.5}}, "['burst'] must be a whole number"),
         ({"q": {"burst": 3}}, "['burst'] needs a 'rate' (jobs per second) to go with it."),

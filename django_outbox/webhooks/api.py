@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from django_outbox import conf
+from django_outbox import conf, text
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.models.jobs import ACTIVE_STATUSES
@@ -66,7 +66,7 @@ def _timeout(timeout: float | None) -> float | None:
     limit = min(MAX_TIMEOUT, conf.get().LEASE_SECONDS)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < limit:
         raise ValidationError(
-            f"timeout must be a number of seconds above 0 and below {limit:g} "
+            f"timeout must be a number of seconds above 0 and below {text.number(limit)} "
             f"(OUTBOX['LEASE_SECONDS'], so a lease outlasts its request), not {timeout!r}."
         )
     return float(timeout)
@@ -82,7 +82,7 @@ def _rate_limit(rate_limit: float | None) -> float | None:
     ):
         raise ValidationError(
             f"rate_limit must be a number of requests per second above 0 and at most "
-            f"{conf.MAX_RATE:g}, or None for no limit, not {rate_limit!r}."
+            f"{text.number(conf.MAX_RATE)}, or None for no limit, not {rate_limit!r}."
         )
     return float(rate_limit)
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from django_outbox import conf, ratelimits, telemetry
+from django_outbox import conf, ratelimits, telemetry, text
 from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
 from django_outbox.webhooks import api, attempts, http, policy, recording, signing
@@ -196,8 +196,8 @@ def _wait_for_turn(delivery: Delivery, number: int, turn: dict[str, float] | Non
     at = now + wait
     raise RateLimited(
         datetime.fromtimestamp(at, tz=UTC),
-        f"{endpoint.url} takes at most {endpoint.rate_limit:g} requests per second: "
-        f"attempt {number} held back {wait:.3g} s",
+        f"{endpoint.url} takes at most {text.number(endpoint.rate_limit)} requests per second: "
+        f"attempt {number} held back {text.duration(wait)}",
         kwargs={"rate_turn": {"at": at, "attempt": number}},
     )
 
@@ -237,7 +237,7 @@ def _conclude(
         return what
     if decision.verdict == Verdict.RETRY:
         assert decision.delay is not None and next_at is not None
-        raise RetryAt(next_at, f"{what}; next attempt in {decision.delay:.3g} s")
+        raise RetryAt(next_at, f"{what}; next attempt in {text.duration(decision.delay)}")
     if decision.verdict == Verdict.GONE:
         raise PermanentFailure(f"{what}; the endpoint is gone and was disabled")
     if response.final:

@@ -31,7 +31,7 @@ import httpcore
 import httpx
 from django.utils import timezone
 
-from django_outbox import conf
+from django_outbox import conf, text
 from django_outbox.exceptions import UnsafeDestination
 from django_outbox.webhooks.guard import guarded_pool
 
@@ -173,10 +173,10 @@ def post(
         response.error_class, response.error_message = "UnsafeDestination", str(exc)
     except httpcore.ConnectTimeout as exc:
         response.error_class = type(exc).__name__
-        response.error_message = f"could not connect within {connect:g} s ({exc})"
+        response.error_message = f"could not connect within {text.number(connect)} s ({exc})"
     except httpcore.TimeoutException as exc:
         response.error_class = type(exc).__name__
-        response.error_message = f"no answer within {timeout:g} s ({exc or 'timed out'})"
+        response.error_message = f"no answer within {text.number(timeout)} s ({exc or 'timed out'})"
     except (httpx.InvalidURL, httpcore.UnsupportedProtocol) as exc:
         # The URL itself: no later attempt can send it.
         response.error_class, response.error_message = type(exc).__name__, str(exc) or repr(exc)

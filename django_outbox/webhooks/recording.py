@@ -17,7 +17,7 @@ from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from django_outbox import conf
+from django_outbox import conf, text
 from django_outbox.jobs.inserts import insert_rows
 from django_outbox.jobs.returning import update_returning
 from django_outbox.jobs.rowvalues import among, per_row
@@ -252,7 +252,7 @@ def _disable(endpoints: object, reason: str, now: datetime) -> list[tuple[Endpoi
 
 def _days(window: timedelta) -> str:
     days = window.total_seconds() / 86400
-    return f"{days:g} days" if days >= 1 else f"{window.total_seconds():g} s"
+    return f"{text.number(days)} days" if days >= 1 else f"{text.number(window.total_seconds())} s"
 
 
 def _send_signals(

@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django_outbox import text
+
 PREFIX = "whsec_"
 MIN_SECRET_BYTES = 24
 MAX_SECRET_BYTES = 64
@@ -100,7 +102,8 @@ def verify(
     now = time.time() if now is None else now
     if abs(now - timestamp) > tolerance:
         raise VerificationError(
-            f"webhook-timestamp is {now - timestamp:+.0f} s from now, outside ±{tolerance:g} s"
+            f"webhook-timestamp is {now - timestamp:+.0f} s from now, "
+            f"outside ±{text.number(tolerance)} s"
         )
     raw = body.encode() if isinstance(body, str) else body
     candidates = [secret] if isinstance(secret, str) else list(secret)

@@ -25,7 +25,7 @@ from django.db import connections, router
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
-from django_outbox import conf
+from django_outbox import conf, text
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
@@ -183,8 +183,7 @@ class Worker:
                 self.waker.name,
             )
             logger.info(
-                "worker %s settings: %s; a change to them takes effect when the worker "
-                "restarts",
+                "worker %s settings: %s; a change to them takes effect when the worker restarts",
                 self.id,
                 describe_settings(),
             )
@@ -318,7 +317,9 @@ class Worker:
                 where.rstrip() or "  (its stack could not be read)",
             )
             try:
-                raise JobTimeout(f"{job.task_path} ran over its {job.timeout:g} s timeout.")
+                raise JobTimeout(
+                    f"{job.task_path} ran over its {text.number(job.timeout or 0)} s timeout."
+                )
             except JobTimeout as exc:
                 timed_out.append(Outcome(job, succeeded=False, error=error_record(exc)))
         if not timed_out:
