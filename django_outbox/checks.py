@@ -21,10 +21,20 @@ from django_outbox import conf
 if TYPE_CHECKING:
     from django_outbox.backend import OutboxBackend
 
-SQLITE_HINT = (
-    'Set DATABASES[...]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20, '
-    '"init_command": "PRAGMA journal_mode=WAL"}; see docs/settings.md.'
+#: The OPTIONS a SQLite database shared by web processes and workers needs, all three.
+SQLITE_OPTIONS = (
+    '"OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20, '
+    '"init_command": "PRAGMA journal_mode=WAL"}'
 )
+
+
+def _sqlite_hint(alias: str, key: str, value: str) -> str:
+    """What to add, with the whole block to copy (django_outbox's getting-started guide,
+    section "SQLite", says why)."""
+    return (
+        f'Add "{key}": {value} to DATABASES[{alias!r}]["OPTIONS"]; all three options a '
+        f"worker needs: {SQLITE_OPTIONS}."
+    )
 
 
 @checks.register()
@@ -94,7 +104,7 @@ def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[ch
             checks.Warning(
                 f"{where} does not use IMMEDIATE transactions: a transaction that reads "
                 "before it writes can fail with 'database is locked' while a worker writes.",
-                hint=SQLITE_HINT,
+                hint=_sqlite_hint(alias, "transaction_mode", '"IMMEDIATE"'),
                 id="django_outbox.W001",
             )
         )
@@ -102,7 +112,7 @@ def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[ch
         messages.append(
             checks.Warning(
                 f"{where} does not set WAL journal mode: readers block while a worker writes.",
-                hint=SQLITE_HINT,
+                hint=_sqlite_hint(alias, "init_command", '"PRAGMA journal_mode=WAL"'),
                 id="django_outbox.W002",
             )
         )
@@ -110,7 +120,7 @@ def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[ch
         messages.append(
             checks.Warning(
                 f"{where} has no explicit busy timeout: writers give up after SQLite's 5 s.",
-                hint=SQLITE_HINT,
+                hint=_sqlite_hint(alias, "timeout", "20"),
                 id="django_outbox.W003",
             )
         )
