@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -39,3 +40,30 @@ def test_demo_enqueues_through_the_views_and_finishes_every_job() -> None:
     assert "50 jobs finished" in text
     assert "20 deliveries (20 succeeded, 0 failed) in 60 attempts" in text
     assert get_user_model().objects.get(username="admin").is_superuser
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_demo_counts_what_it_cleared_by_kind() -> None:
+    call_command("demo", "--no-serve", "--customers", "4", "--orders", "3", stdout=StringIO())
+    out = StringIO()
+    call_command("demo", "--no-serve", "--customers", "4", "--orders", "3", stdout=out)
+    cleared = next(line for line in out.getvalue().splitlines() if "Clean slate" in line)
+    # 3 order.placed messages, each to 2 endpoints, each delivery in 3 attempts: counted
+    # as what they are, not all as "webhook messages".
+    assert "3 webhook messages" in cleared
+    assert "6 deliveries" in cleared and "18 delivery attempts" in cleared
+    assert "4 customers" in cleared and "3 orders" in cleared
+
+
+def test_the_progress_line_says_why_it_stands_still_during_a_backoff() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from testproject.shop.management.commands.demo import Progress
+
+    soon = timezone.now() + timedelta(seconds=4)
+    waiting = Progress(total=10, queued=2, retrying=2, succeeded=8, next_retry=soon)
+    assert re.search(r"waiting to retry 2 \(backoff: next in [34]\.\d s\)", waiting.line(1.0))
+    busy = Progress(total=10, queued=2, retrying=2, running=1, succeeded=7, next_retry=soon)
+    assert "backoff" not in busy.line(1.0)  # something runs: the bar moves

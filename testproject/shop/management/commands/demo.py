@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -75,18 +76,38 @@ DEMO_RETRY_SCHEDULE = [0, 0.3, 0.6, 1.2, 2.4]
 
 
 def clear_demo_data() -> dict[str, int]:
-    """Delete the demo's rows; returns how many of each went."""
+    """Delete the demo's rows; returns how many of each kind went (rows deleted with them,
+    such as a message's deliveries and their attempts, counted under their own names)."""
+    counts: dict[str, int] = {}
+
+    def delete(queryset: Any) -> None:
+        _total, per_model = queryset.delete()
+        for label, count in per_model.items():
+            name = LABELS.get(label, label)
+            counts[name] = counts.get(name, 0) + count
+
     with transaction.atomic():
-        return {
-            "jobs": Job.objects.all().delete()[0],
-            "stopped worker records": WorkerRecord.objects.filter(
-                stopped_at__isnull=False
-            ).delete()[0],
-            "orders": Order.objects.all().delete()[0],
-            "customers": Customer.objects.all().delete()[0],
-            "webhook messages": Message.objects.all().delete()[0],
-            "webhook endpoints": Endpoint.objects.all().delete()[0],
-        }
+        delete(Job.objects.all())
+        delete(WorkerRecord.objects.filter(stopped_at__isnull=False))
+        delete(Order.objects.all())
+        delete(Customer.objects.all())
+        delete(Message.objects.all())
+        delete(Endpoint.objects.all())
+    return {name: count for name, count in counts.items() if count}
+
+
+#: What clear_demo_data() calls each model's rows.
+LABELS = {
+    "django_outbox.Job": "jobs",
+    "django_outbox.Worker": "stopped worker records",
+    "shop.Order": "orders",
+    "shop.Customer": "customers",
+    "django_outbox.Message": "webhook messages",
+    "django_outbox.Delivery": "deliveries",
+    "django_outbox.Attempt": "delivery attempts",
+    "django_outbox.Endpoint": "webhook endpoints",
+    "django_outbox.EndpointHour": "hourly endpoint counts",
+}
 
 
 # -- 2. enqueueing through the views ---------------------------------------------------
@@ -189,6 +210,8 @@ class Progress:
     running: int = 0
     succeeded: int = 0
     failed: int = 0
+    #: When the next job waiting to retry is due.
+    next_retry: datetime | None = None
 
     @property
     def finished(self) -> int:
@@ -203,6 +226,7 @@ class Progress:
             running=Count("id", filter=Q(status=JobStatus.RUNNING)),
             succeeded=Count("id", filter=Q(status=JobStatus.SUCCEEDED)),
             failed=Count("id", filter=Q(status__in=[JobStatus.FAILED, JobStatus.CANCELLED])),
+            next_retry=Min("run_at", filter=Q(status=JobStatus.QUEUED, attempts__gt=0)),
         )
         return cls(**totals)
 
@@ -213,8 +237,16 @@ class Progress:
         return (
             f"[{bar}] {self.finished:>4}/{self.total} {int(100 * share):3d}%  "
             f"ok {self.succeeded}  failed {self.failed}  running {self.running}  "
-            f"waiting to retry {self.retrying}  {elapsed:5.1f} s"
+            f"waiting to retry {self.retrying}{self.retry_note()}  {elapsed:5.1f} s"
         )
+
+    def retry_note(self) -> str:
+        """While only retries are left, when the next one is due: the bar stands still
+        for their backoff, and says why."""
+        if self.running or self.next_retry is None or self.queued > self.retrying:
+            return ""
+        wait = (self.next_retry - timezone.now()).total_seconds()
+        return f" (backoff: next in {wait:.1f} s)" if wait > 0 else ""
 
 
 def seconds_until_next_due() -> float:
@@ -470,8 +502,8 @@ class Command(BaseCommand):
 
     def step_clear(self) -> None:
         deleted = clear_demo_data()
-        listed = ", ".join(f"{count} {name}" for name, count in deleted.items())
-        self.say(f"Clean slate: deleted {listed}.")
+        listed = ", ".join(f"{count:,} {name}" for name, count in deleted.items())
+        self.say(f"Clean slate: deleted {listed or 'nothing'}.")
 
     def step_enqueue(self, customers: int, orders: int, rng: random.Random) -> None:
         client = Client()
