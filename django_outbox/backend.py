@@ -58,6 +58,12 @@ class OutboxBackend(BaseTaskBackend):
             )
         if task.run_after is not None and not isinstance(task.run_after, datetime):
             raise InvalidTask(f"run_after must be an aware datetime, not {task.run_after!r}.")
+        if self.queues and task.queue_name not in self.queues:
+            # Django's own message names neither the backend nor the queues it has.
+            raise InvalidTask(
+                f"Queue {task.queue_name!r} is not one of TASKS[{self.alias!r}]['QUEUES']: "
+                f"{', '.join(sorted(self.queues))}. Add it there, or use one of those."
+            )
         super().validate_task(task)
         if not isinstance(task, OutboxTask):
             return

@@ -106,7 +106,8 @@ ENQUEUES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("10 MB of arguments", lambda: tasks.echo.enqueue(MB10), InvalidTaskArguments,
      r"are 10,485,770 bytes as JSON, over OUTBOX\['MAX_ARGUMENTS_BYTES'\] \(1,048,576\)"),
     ("an unknown queue", lambda: tasks.echo.using(queue_name="nope").enqueue(), InvalidTask,
-     r"Queue 'nope' is not valid for backend"),
+     r"Queue 'nope' is not one of TASKS\['default'\]\['QUEUES'\]: default, .*webhooks\. Add it "
+     r"there, or use one of those\."),
     ("priority 1000", lambda: tasks.echo.using(priority=1000).enqueue(), InvalidTask,
      r"priority must be a whole number between -100 and 100"),
     ("priority as a string", lambda: tasks.echo.using(priority="5").enqueue(), InvalidTask,
