@@ -112,3 +112,12 @@ def test_a_batch_of_attempts_is_written_exactly_as_given():
             for name in _ATTEMPT_FIELDS
         )
         assert got == row
+
+
+def test_two_attempts_numbered_1_of_a_resent_delivery_read_differently():
+    delivery = deliveries(1)[0]
+    now = timezone.now()
+    first = log(delivery, 1, now - timedelta(hours=2))
+    again = log(delivery, 1, now)  # after a resend, numbering starts again
+    assert str(first) != str(again)
+    assert str(again).startswith(f"attempt 1 of delivery #{delivery.pk} at ")

@@ -142,7 +142,9 @@ class Attempt(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"attempt {self.number} of delivery #{self.delivery_id}"
+        # Numbers start again at 1 after a resend: the time tells two attempts 1 apart.
+        when = f" at {self.started_at:%Y-%m-%d %H:%M:%S}" if self.started_at else ""
+        return f"attempt {self.number} of delivery #{self.delivery_id}{when}"
 
 
 class EndpointHour(models.Model):
