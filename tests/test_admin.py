@@ -561,3 +561,14 @@ def test_the_retry_button_needs_a_post_the_csrf_token_and_the_change_permission(
     assert strict.get(retry_url(job)).status_code == 405
     assert strict.post(retry_url(job)).status_code == 403  # no CSRF token
     assert Job.objects.get(pk=job.pk).status == JobStatus.FAILED
+
+
+def test_an_attempts_page_shows_how_long_it_took_as_people_read_it(admin_client):
+    webhooks.create_endpoint("https://hooks.example.com/in")
+    delivery = webhooks.send("invoice.paid", {"id": 1}).deliveries.get()
+    attempt = delivery.attempt_log.create(
+        number=1, started_at=timezone.now(), duration=0.07032319600001176, status_code=200
+    )
+    page = admin_client.get(f"/admin/django_outbox/attempt/{attempt.pk}/change/").content.decode()
+    assert "70 ms" in page
+    assert "0.0703" not in page

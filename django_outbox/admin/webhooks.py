@@ -367,8 +367,9 @@ class AttemptAdmin(ReadOnlyAdmin):
     date_hierarchy = "started_at"
     list_select_related = ["delivery"]
     ordering = ["-id"]
-    exclude = ["delivery", "response_headers", "response_body"]
-    readonly_fields = ["delivery_link", "headers", "body"]
+    # The duration as people read it ("70 ms"), not the stored float of seconds.
+    exclude = ["delivery", "duration", "response_headers", "response_body"]
+    readonly_fields = ["delivery_link", "took", "headers", "body"]
     actions: list[str] = []
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
