@@ -155,3 +155,15 @@ DATABASES = {{"default": {{
     said = with_pytest.stdout + with_pytest.stderr
     assert with_pytest.returncode == 0, said
     assert "3 passed" in said and "being accessed by other users" not in said
+
+
+def test_the_settings_line_masks_what_looks_secret():
+    from django.test import override_settings
+
+    from django_outbox.worker.loop import describe_settings
+
+    outbox = {"HEALTH": {"TOKEN": "s3cret-probe-token"}, "WEBHOOKS": {"ALLOW_HTTP": True}}
+    with override_settings(OUTBOX=outbox):
+        line = describe_settings()
+    assert "s3cret-probe-token" not in line
+    assert "'TOKEN': '****" in line and "'ALLOW_HTTP': True" in line

@@ -415,8 +415,12 @@ def describe_database(alias: str) -> str:
 
 
 def describe_settings() -> str:
-    """The project's OUTBOX setting as written (the rest is at its defaults)."""
+    """The project's OUTBOX setting as written (the rest is at its defaults), with what
+    looks secret (a TOKEN, a KEY, a PASSWORD …) masked as Django's error pages mask it."""
+    from django.views.debug import SafeExceptionReporterFilter
+
     written = getattr(settings, "OUTBOX", None)
     if not written:
         return "OUTBOX is not set (every setting at its default)"
-    return f"OUTBOX = {written!r} (the rest at its defaults)"
+    shown = SafeExceptionReporterFilter().cleanse_setting("OUTBOX", written)
+    return f"OUTBOX = {shown!r} (the rest at its defaults)"
