@@ -274,6 +274,19 @@ def test_the_migration_gives_rows_already_stored_token_0():
     assert tasks.add.get_result(str(job.pk)).args == [1, 2]  # the id it was given before
 
 
+@pytest.mark.django_db(transaction=True)
+def test_code_older_than_the_token_still_enqueues_once_the_migration_has_run():
+    """A rolling upgrade: the migrations have run, and a web process still runs code that
+    does not know ``Job.token``. Its insert gets token 0 (a bare-number id), not an error."""
+    executor = MigrationExecutor(connection)
+    before_token = executor.loader.project_state(("django_outbox", "0007_job_trace_context"))
+    old_code_job = before_token.apps.get_model("django_outbox", "Job")
+    stored = old_code_job.objects.create(task_path="tests.tasks.add", args=[3, 4])
+    job = Job.objects.get(pk=stored.pk)
+    assert job.token == 0
+    assert tasks.add.get_result(str(job.pk)).args == [3, 4]
+
+
 def test_get_result_shows_the_stored_state(job_factory):
     job = job_factory(
         task_path="tests.tasks.add",

@@ -4,8 +4,9 @@ the job that was given its primary key next.
 
 Rows already stored get token 0: their result id stays the bare primary key, so ids handed
 out before this migration keep working. New rows get a random token from the model's
-default (or from the statement that writes them, for the few written in SQL); the column
-has no database default, so a writer that forgets it fails instead of writing 0.
+default (or from the statement that writes them, for the few written in SQL). This
+migration leaves the column without a database default; 0009 gives it one (0), so that
+code older than this migration can still enqueue during a rolling upgrade.
 
 On PostgreSQL the column lands at the end of the table (after trace_context), outside the
 runs of columns a claim and a completion write, which stay neighbours (migration 0001,

@@ -71,7 +71,9 @@ class Job(models.Model):
     #: enqueue rolled back names nothing, not the job that was given its primary key next.
     #: Not indexed: only compared once the row is found by its key. On PostgreSQL it is the
     #: table's last column (migration 0008), outside the runs a claim and a completion write.
-    token = models.IntegerField(default=new_token, editable=False)
+    # db_default: rows written by code older than migration 0008 (a rolling upgrade) get 0,
+    # and a bare-number result id, instead of failing.
+    token = models.IntegerField(default=new_token, db_default=0, editable=False)
     backend = models.CharField(max_length=100, default="default")
     queue = models.CharField(max_length=100, default="default")
     task_path = models.CharField(max_length=255)
