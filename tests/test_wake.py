@@ -595,3 +595,23 @@ def test_the_listener_heartbeat_is_the_workers_alive_update(transactional_db, mo
     row.refresh_from_db()
     assert timezone.now() - row.heartbeat_at < timedelta(seconds=1)
     assert not PostgresWaker(["slow"], threading.Event()).reports_alive  # never started
+
+
+@pytest.mark.django_db
+def test_a_redis_alias_that_names_no_cache_leaves_the_worker_polling(caplog):
+    """Where system checks did not run (E003 says it first), the worker still starts."""
+    import threading
+
+    from django.test import override_settings
+
+    from django_outbox.wake import build_waker
+    from django_outbox.wake.polling import PollingWaker
+
+    with override_settings(OUTBOX={"WAKE": "redis", "REDIS_ALIAS": "nowhere"}):
+        waker = build_waker(["default"], threading.Event(), using="default")
+    try:
+        assert isinstance(waker, PollingWaker)
+        assert "wake-ups: a wake-up channel failed to start" in caplog.text
+        assert "no wake-up channel works (WAKE='redis'): polling" in caplog.text
+    finally:
+        waker.close()

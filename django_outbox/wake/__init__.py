@@ -90,12 +90,15 @@ def build_waker(
 
         candidates.append(lambda: RedisWaker(queues, stop, using=using))
     for make in candidates:
-        waker = make()
+        waker: Waker | None = None
         try:
+            waker = make()
             waker.start()
         except Exception as exc:  # a broken channel must not stop the worker starting
-            logger.warning("wake-ups: %s failed to start (%s)", waker.name, exc)
-            waker.close()
+            name = waker.name if waker is not None else "a wake-up channel"
+            logger.warning("wake-ups: %s failed to start (%s)", name, exc)
+            if waker is not None:
+                waker.close()
             continue
         if waker.active or waker.will_retry:
             return waker

@@ -198,7 +198,13 @@ class PostgresWaker(Waker):
                         self._look_first = True
             self._conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
         except Exception as exc:  # psycopg's or Django's: either way, no wake-ups yet
-            self._failed(f"the LISTEN probe failed ({type(exc).__name__}: {exc})")
+            # Given up, not retried (the worker tries the next channel, or polls): say so.
+            self.close()
+            logger.warning(
+                "wake-ups: the LISTEN probe failed (%s: %s); not using PostgreSQL wake-ups",
+                type(exc).__name__,
+                exc,
+            )
             return False
         if not arrived:
             logger.warning(
