@@ -104,7 +104,7 @@ def test_priority_out_of_range_is_refused(priority):
 
 
 def test_unknown_queue_is_refused():
-    with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
+    with pytest.raises(InvalidTask, match="Queue 'nope' is not one of TASKS"):
         tasks.noop.using(queue_name="nope").enqueue()
     assert not Job.objects.exists()
 

@@ -58,6 +58,6 @@ def test_enqueue_many_joins_the_callers_transaction():
 
 
 def test_enqueue_many_validates_the_task_first():
-    with pytest.raises(Exception, match="Queue 'nope' is not valid"):
+    with pytest.raises(Exception, match="Queue 'nope' is not one of TASKS"):
         django_outbox.enqueue_many(tasks.noop.using(queue_name="nope"), [((), {})])
     assert not Job.objects.exists()
