@@ -36,3 +36,8 @@ def duration(seconds: float) -> str:
             extra = rest // smaller_size
             return f"{big:,} {label}" + (f" {extra} {smaller}" if extra else "")
     return f"{whole} s"  # pragma: no cover (whole >= 60 here)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 job``, ``2 jobs``, ``1,234 jobs``: a number with its noun, singular or plural."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
