@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_outbox.text import duration, number
+from django_outbox.text import count, duration, number
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,18 @@ def test_count():
     assert count(0, "job") == "0 jobs"
     assert count(1234, "running job") == "1,234 running jobs"
     assert count(2, "process", "processes") == "2 processes"
+
+
+@pytest.mark.parametrize(
+    ("n", "noun", "plural", "shown"),
+    [
+        (0, "job", None, "0 jobs"),
+        (1, "job", None, "1 job"),
+        (2, "job", None, "2 jobs"),
+        (12345, "job", None, "12,345 jobs"),
+        (1, "delivery", "deliveries", "1 delivery"),
+        (3, "delivery", "deliveries", "3 deliveries"),
+    ],
+)
+def test_count(n, noun, plural, shown):
+    assert count(n, noun, plural) == shown
