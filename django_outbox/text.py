@@ -39,11 +39,6 @@ def duration(seconds: float) -> str:
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``1 job``, ``2 jobs``, ``1,234 jobs``: a number with its noun, singular or plural."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
-
-
-def count(n: int, noun: str, plural: str | None = None) -> str:
     """``1 job``, ``2 jobs``, ``12,345 jobs``; ``plural`` for nouns that take more than an
     "s" (``count(2, "delivery", "deliveries")``)."""
     return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"

@@ -49,15 +49,6 @@ def test_no_message_of_the_settings_checks_uses_e_notation():
     assert errors and "31,622,400" in errors[0] and "e+" not in errors[0]
 
 
-def test_count():
-    from django_outbox.text import count
-
-    assert count(1, "job") == "1 job"
-    assert count(0, "job") == "0 jobs"
-    assert count(1234, "running job") == "1,234 running jobs"
-    assert count(2, "process", "processes") == "2 processes"
-
-
 @pytest.mark.parametrize(
     ("n", "noun", "plural", "shown"),
     [
