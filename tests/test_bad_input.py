@@ -310,7 +310,7 @@ def test_a_wrong_setting_is_a_system_check_error_with_a_stable_id(
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--queue", "nope"], r"Unknown queue\(s\) nope"),
+        (["--queue", "nope"], r"Unknown queue\(s\) 'nope'"),
         (["--concurrency", "0"], r"--concurrency: must be at least 1, got 0"),
         (["--processes", "-1"], r"--processes: must be at least 1, got -1"),
     ],

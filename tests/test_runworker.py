@@ -39,7 +39,10 @@ def test_bad_arguments_are_refused_with_a_clear_message(args, message):
 
 @pytest.mark.django_db
 def test_unknown_queues_are_refused():
-    with pytest.raises(CommandError, match="Unknown queue\\(s\\) nope: TASKS\\['default'\\]"):
+    with pytest.raises(
+        CommandError,
+        match="Unknown queue\\(s\\) 'nope': TASKS\\['default'\\]\\['QUEUES'\\] lists 'default'",
+    ):
         call_command("runworker", "--queues", "default,nope", "--burst")
 
 

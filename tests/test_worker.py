@@ -121,7 +121,7 @@ def test_a_job_over_its_timeout_is_failed_at_its_timeout_while_its_thread_runs_o
     job = job_of(result)
     assert job.status == JobStatus.FAILED
     assert job.errors[0]["exception_class_path"] == "django_outbox.exceptions.JobTimeout"
-    assert "ran over its 0.2 s timeout" in job.errors[0]["traceback"]
+    assert "ran over its 200 ms timeout" in job.errors[0]["traceback"]
     # Recorded at the timeout, not when the function returned 1.5 s after it started.
     assert job.finished_at - started < timedelta(seconds=1.2)
     assert job.worker_id is None and job.lease_until is None
@@ -129,7 +129,7 @@ def test_a_job_over_its_timeout_is_failed_at_its_timeout_while_its_thread_runs_o
     assert (stats.succeeded, stats.failed) == (1, 1)
     # The stuck thread is reported with where it is stuck.
     report = next(
-        r.getMessage() for r in caplog.records if "over its 0.2 s timeout" in r.getMessage()
+        r.getMessage() for r in caplog.records if "over its 200 ms timeout" in r.getMessage()
     )
     assert "its thread cannot be stopped and is still running here" in report
     assert "time.sleep(seconds)" in report

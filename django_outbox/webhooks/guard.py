@@ -191,7 +191,11 @@ class GuardedBackend(httpcore.SyncBackend):
         allowed = allowed_networks()
         for address in addresses:
             if why := refusal(address, allowed):
-                where = why if literal_address(host) is not None else f"{host} resolves to {why}"
+                where = (
+                    f"the host is {why}"
+                    if literal_address(host) is not None
+                    else f"{host} resolves to {why}"
+                )
                 raise UnsafeDestination(
                     f"{where}; refused (OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'] can allow it; "
                     "a worker reads its settings when it starts)"

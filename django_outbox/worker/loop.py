@@ -149,9 +149,14 @@ class Worker:
 
     def request_stop(self, reason: str = "asked to stop") -> None:
         if not self._stop.is_set():
-            logger.info(
-                "worker %s: %s; finishing %d running jobs", self.id, reason, self.pool.running
+            running = self.pool.running
+            finishing = (
+                f" once its {text.count(running, 'running job')} finish (at most "
+                f"{text.duration(self.shutdown_timeout)})"
+                if running
+                else ""
             )
+            logger.info("worker %s: %s; stopping%s", self.id, reason, finishing)
         self._stop.set()
         self.inbox.poke()
 
@@ -306,20 +311,19 @@ class Worker:
         for job, ran in self.pool.overdue(time.monotonic()):
             cancellation.request(job.id)
             where = self.pool.abandon(job)
+            limit = text.duration(job.timeout or 0)
             logger.error(
-                "worker %s: job %s (%s) ran %.3g s, over its %.3g s timeout: recorded as "
-                "timed out; its thread cannot be stopped and is still running here:\n%s",
+                "worker %s: job %s (%s) ran %s, over its %s timeout: recorded as timed out; "
+                "its thread cannot be stopped and is still running here:\n%s",
                 self.id,
                 job.id,
                 job.task_path,
-                ran,
-                job.timeout,
+                text.duration(ran),
+                limit,
                 where.rstrip() or "  (its stack could not be read)",
             )
             try:
-                raise JobTimeout(
-                    f"{job.task_path} ran over its {text.number(job.timeout or 0)} s timeout."
-                )
+                raise JobTimeout(f"{job.task_path} ran over its {limit} timeout.")
             except JobTimeout as exc:
                 timed_out.append(Outcome(job, succeeded=False, error=error_record(exc)))
         if not timed_out:
@@ -336,7 +340,7 @@ class Worker:
             released = self.completer.release_pending()
             logger.error(
                 "worker %s: all %d threads are stuck in timed-out jobs; put %d waiting jobs "
-                "back and claiming nothing until a thread comes free",
+                "back; claiming nothing until a thread comes free",
                 self.id,
                 self.concurrency,
                 released,
@@ -383,17 +387,19 @@ class Worker:
         # Its idle threads leave now; run() returns once they have closed their connections.
         self.pool.join(JOIN_SECONDS)
         stats = self.stats
-        per_run = f" ({stats.statements / stats.finished:.3f} per run)" if stats.finished else ""
+        per_run = ""
+        if stats.finished:
+            per_run = f" ({text.number(round(stats.statements / stats.finished, 3))} per run)"
         logger.info(
-            "worker %s stopped: %d runs finished (%d succeeded, %d will retry, %d failed)"
-            " in %.1f s; %d statements%s",
+            "worker %s stopped: %s finished (%s succeeded, %s will retry, %s failed)"
+            " in %s; %s statements%s",
             self.id,
-            stats.finished,
-            stats.succeeded,
-            stats.retried,
-            stats.failed,
-            time.monotonic() - stats.started,
-            stats.statements,
+            text.count(stats.finished, "run"),
+            text.number(stats.succeeded),
+            text.number(stats.retried),
+            text.number(stats.failed),
+            text.duration(time.monotonic() - stats.started),
+            text.number(stats.statements),
             per_run,
         )
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from django_outbox import text
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.worker.executor import execute
@@ -133,11 +134,11 @@ class Pool:
                 if gone is not None:
                     # Recorded as timed out long ago; the job may be running again by now.
                     logger.warning(
-                        "job %s (%s): the run that timed out returned after %.3g s; "
+                        "job %s (%s): the run that timed out returned after %s; "
                         "its result is dropped",
                         job.id,
                         job.task_path,
-                        time.monotonic() - gone.started,
+                        text.duration(time.monotonic() - gone.started),
                     )
                     continue
                 self._started.pop(job.id, None)

@@ -20,6 +20,8 @@ from typing import Any
 
 from django.db import connections
 
+from django_outbox import text
+
 logger = logging.getLogger("django_outbox.worker")
 
 #: A child that dies sooner than this after starting counts as crashing.
@@ -96,10 +98,10 @@ class Supervisor:
                     crashes = crashes + 1 if crashed else 0
                     pause = min(30.0, 0.5 * 2 ** min(crashes, 6)) if crashes else 0.0
                     logger.warning(
-                        "supervisor: worker process %s exited with %s; starting another%s",
+                        "supervisor: worker process %s %s; starting another%s",
                         process.pid,
-                        code,
-                        f" in {pause:.1f} s" if pause else "",
+                        exit_description(code),
+                        f" in {text.duration(pause)}" if pause else "",
                     )
                 self.restarts += 1
                 if pause:
@@ -129,3 +131,13 @@ class Supervisor:
             if process.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signum)
+
+
+def exit_description(code: int | None) -> str:
+    """How a child process ended: "exited with status 1", "was killed by SIGKILL"."""
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"

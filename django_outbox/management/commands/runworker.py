@@ -116,8 +116,9 @@ class Command(BaseCommand):
         unknown = [name for name in queues if known and name not in known]
         if unknown:
             raise CommandError(
-                f"Unknown queue(s) {', '.join(unknown)}: TASKS[{options['backend']!r}]['QUEUES'] "
-                f"is {', '.join(known)}."
+                f"Unknown queue(s) {', '.join(map(repr, unknown))}: "
+                f"TASKS[{options['backend']!r}]['QUEUES'] lists {', '.join(map(repr, known))}. "
+                "Add them there, or leave out --queues to serve all of them."
             )
         worker_options = WorkerOptions(
             queues=queues,
