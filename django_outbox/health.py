@@ -139,24 +139,31 @@ def check(
         if line.oldest_due_seconds is not None and line.oldest_due_seconds > max_due_age:
             problems.append(
                 f"the oldest due job of queue {line.queue!r} has waited "
-                f"{line.oldest_due_seconds:,.0f} s (more than {text.number(max_due_age)} s)"
+                f"{text.duration(line.oldest_due_seconds)} "
+                f"(more than {text.duration(max_due_age)})"
             )
+    finished = f"finished in the last {text.duration(window)}"
     if rate is not None and len(recent) >= options.MIN_FINISHED and rate > max_failure_rate:
+        shown, limit = _percents_apart(rate, max_failure_rate)
         problems.append(
-            f"{rate:.0%} of the last {len(recent):,} jobs finished in {text.number(window)} s "
-            f"failed (more than {max_failure_rate:.0%})"
+            f"{failed:,} of the last {text.count(len(recent), 'job')} {finished} failed "
+            f"({shown}, more than {limit})"
         )
     if problems:
         reason = f"unhealthy: {problems[0]}"
         if len(problems) > 1:
-            reason += f" (and {len(problems) - 1} more)"
+            reason += f"; and {text.count(len(problems) - 1, 'more problem')}"
     else:
         due_total = sum(line.due for line in lines)
-        shown_rate = "-" if rate is None else f"{rate:.0%}"
+        failures = (
+            f"no job {finished}"
+            if rate is None
+            else f"{failed:,} of {text.count(len(recent), 'job')} {finished} failed "
+            f"({_percent(rate)})"
+        )
         reason = (
-            f"ok: {len(workers)} live worker{'s' if len(workers) != 1 else ''}; "
-            f"{due_total:,} jobs due; failure rate {shown_rate} of {len(recent):,} "
-            f"finished in {text.number(window)} s"
+            f"ok: {text.count(len(workers), 'live worker')}; "
+            f"{text.count(due_total, 'job')} due; {failures}"
         )
     return Health(
         ok=not problems,
@@ -169,3 +176,18 @@ def check(
         failure_rate=rate,
         problems=problems,
     )
+
+
+def _percent(rate: float, places: int = 1) -> str:
+    """``62%``, ``50.4%``: a rate as a percentage, trailing zeros dropped."""
+    return f"{rate * 100:.{places}f}".rstrip("0").rstrip(".") + "%"
+
+
+def _percents_apart(rate: float, limit: float) -> tuple[str, str]:
+    """A rate above its limit, with as many decimals as it takes to read above it (50.04%
+    is not "50% (more than 50%)"), and the limit as set."""
+    limit_shown = round(limit * 100, 4)
+    for places in (1, 2, 3, 4):
+        if round(rate * 100, places) > limit_shown:
+            break
+    return _percent(rate, places), f"{text.number(limit_shown)}%"

@@ -32,9 +32,13 @@ def health_view(request: HttpRequest) -> HttpResponse:
 
     ``?queues=a,b`` names queues that must have a live worker."""
     if not _allowed(request):
-        return JsonResponse(
-            {"ok": False, "reason": "forbidden: staff or the token only"}, status=403
+        reason = (
+            "forbidden: sign in as a staff user, or send "
+            "Authorization: Bearer <OUTBOX['HEALTH']['TOKEN']>"
+            if conf.get().HEALTH.TOKEN
+            else "forbidden: staff only (OUTBOX['HEALTH']['TOKEN'] is not set)"
         )
+        return JsonResponse({"ok": False, "reason": reason}, status=403)
     queues = request.GET.get("queues")
     try:
         found = health.check(

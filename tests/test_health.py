@@ -59,7 +59,16 @@ def test_a_live_worker_and_nothing_due_is_healthy():
     code, line = health()
     assert (code, line) == (
         0,
-        "ok: 1 live worker; 0 jobs due; failure rate - of 0 finished in 600 s",
+        "ok: 1 live worker; 0 jobs due; no job finished in the last 10 min",
+    )
+    tasks.noop.enqueue()
+    Job.objects.bulk_create(
+        Job(task_path="tests.tasks.noop", status=status, finished_at=timezone.now())
+        for status in (JobStatus.SUCCEEDED, JobStatus.SUCCEEDED, JobStatus.FAILED)
+    )
+    live_worker()
+    assert health()[1] == (
+        "ok: 2 live workers; 1 job due; 1 of 3 jobs finished in the last 10 min failed (33.3%)"
     )
 
 
@@ -87,8 +96,10 @@ def test_the_oldest_due_job_waiting_too_long_is_unhealthy():
     Job.objects.for_result(late.id).update(run_at=timezone.now() - timedelta(minutes=10))
     code, line = health()
     assert code == 1
-    assert line.startswith("unhealthy: the oldest due job of queue 'default' has waited 60")
-    assert line.endswith("(more than 300 s)")
+    assert line == (
+        "unhealthy: the oldest due job of queue 'default' has waited 10 min "
+        "(more than 5 min)"
+    )
     assert health("--max-due-age", "3600")[0] == 0
 
 
@@ -106,11 +117,36 @@ def test_a_high_failure_rate_is_unhealthy_once_enough_jobs_finished():
     finished(JobStatus.SUCCEEDED, 10)
     assert health() == (
         1,
-        "unhealthy: 60% of the last 25 jobs finished in 600 s failed (more than 50%)",
+        "unhealthy: 15 of the last 25 jobs finished in the last 10 min failed "
+        "(60%, more than 50%)",
     )
     assert health("--max-failure-rate", "0.7")[0] == 0
     Job.objects.filter(status=JobStatus.FAILED).update(finished_at=now - timedelta(hours=1))
     assert health()[0] == 0  # out of the window
+
+
+def test_a_failure_rate_just_above_the_limit_does_not_read_as_the_limit():
+    live_worker()
+    now = timezone.now()
+    Job.objects.bulk_create(
+        Job(task_path="tests.tasks.noop", status=status, finished_at=now)
+        for status in [JobStatus.FAILED] * 126 + [JobStatus.SUCCEEDED] * 124
+    )
+    assert health()[1] == (
+        "unhealthy: 126 of the last 250 jobs finished in the last 10 min failed "
+        "(50.4%, more than 50%)"
+    )
+    assert health("--max-failure-rate", "0.5035")[1].endswith("(50.4%, more than 50.35%)")
+
+
+def test_more_problems_are_counted_in_words():
+    tasks.noop.enqueue()
+    tasks.noop.using(queue_name="emails").enqueue()
+    assert health()[1] == (
+        "unhealthy: no live worker serves queue 'default' (1 due); and 1 more problem"
+    )
+    tasks.noop.using(queue_name="reports").enqueue()
+    assert health()[1].endswith("(1 due); and 2 more problems")
 
 
 def test_this_host_counts_only_this_machines_workers():
@@ -168,6 +204,9 @@ def test_the_url_answers_staff_and_the_token_only():
     url = "/outbox/health/"
     client = Client()
     assert client.get(url).status_code == 403
+    assert client.get(url).json()["reason"] == (
+        "forbidden: staff only (OUTBOX['HEALTH']['TOKEN'] is not set)"
+    )
     user = User.objects.create_user("ada", password="x")
     client.force_login(user)
     assert client.get(url).status_code == 403
@@ -189,6 +228,10 @@ def test_the_url_answers_staff_and_the_token_only():
     bearer = {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
     with override_settings(OUTBOX={"HEALTH": {"TOKEN": TOKEN}}):
         assert anonymous.get(url, **bearer).status_code == 503
-        assert anonymous.get(url, HTTP_AUTHORIZATION="Bearer wrong-token").status_code == 403
+        refused = anonymous.get(url, HTTP_AUTHORIZATION="Bearer wrong-token")
+        assert refused.status_code == 403 and refused.json()["reason"] == (
+            "forbidden: sign in as a staff user, or send "
+            "Authorization: Bearer <OUTBOX['HEALTH']['TOKEN']>"
+        )
     assert anonymous.get(url, **bearer).status_code == 403  # no token set: staff only
     assert client.post(url).status_code == 405
