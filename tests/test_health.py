@@ -97,8 +97,7 @@ def test_the_oldest_due_job_waiting_too_long_is_unhealthy():
     code, line = health()
     assert code == 1
     assert line == (
-        "unhealthy: the oldest due job of queue 'default' has waited 10 min "
-        "(more than 5 min)"
+        "unhealthy: the oldest due job of queue 'default' has waited 10 min (more than 5 min)"
     )
     assert health("--max-due-age", "3600")[0] == 0
 
@@ -117,8 +116,7 @@ def test_a_high_failure_rate_is_unhealthy_once_enough_jobs_finished():
     finished(JobStatus.SUCCEEDED, 10)
     assert health() == (
         1,
-        "unhealthy: 15 of the last 25 jobs finished in the last 10 min failed "
-        "(60%, more than 50%)",
+        "unhealthy: 15 of the last 25 jobs finished in the last 10 min failed (60%, more than 50%)",
     )
     assert health("--max-failure-rate", "0.7")[0] == 0
     Job.objects.filter(status=JobStatus.FAILED).update(finished_at=now - timedelta(hours=1))
