@@ -103,6 +103,10 @@ def messages_of(response) -> list[str]:
     return [str(m) for m in response.context["messages"]]
 
 
+def messages_with_levels(response) -> list[tuple[str, str]]:
+    return [(m.level_tag, str(m)) for m in response.context["messages"]]
+
+
 def staff_user(*perms: str) -> User:
     user = User.objects.create_user("watcher", password="pw", is_staff=True)
     for codename in perms:
@@ -250,9 +254,11 @@ def test_endpoint_actions_disable_enable_rotate_and_test(admin_client):
     old_secret = endpoint.secret
     act(admin_client, "endpoint", "disable", [endpoint.pk])
     endpoint.refresh_from_db()
-    assert not endpoint.active and "disabled in the admin by admin" in endpoint.disabled_reason
+    assert not endpoint.active and endpoint.disabled_reason == "in the admin by admin"
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    assert "disabled: in the admin by admin" in page
     response = act(admin_client, "endpoint", "send_test_event", [endpoint.pk])
-    assert "1 disabled endpoints were skipped" in messages_of(response)[0]
+    assert messages_of(response) == ["Test events queued: 0. 1 disabled endpoint was skipped."]
     act(admin_client, "endpoint", "enable", [endpoint.pk])
     response = act(admin_client, "endpoint", "send_test_event", [endpoint.pk])
     assert messages_of(response) == ["Test events queued: 1."]
@@ -261,6 +267,11 @@ def test_endpoint_actions_disable_enable_rotate_and_test(admin_client):
     endpoint.refresh_from_db()
     assert endpoint.secret != old_secret and endpoint.previous_secret == old_secret
     assert endpoint.secret in messages_of(response)[0]  # shown once, here
+    until = timezone.localtime(endpoint.previous_secret_expires_at)
+    assert messages_of(response)[0] == (
+        f"New secret of {endpoint.url} (shown once; the previous one also signs for 1 day, "
+        f"until {until:%Y-%m-%d %H:%M}): {endpoint.secret}"
+    )
     page = admin_client.get(f"/admin/django_outbox/endpoint/{endpoint.pk}/change/")
     assert endpoint.secret not in page.content.decode()
     assert old_secret not in page.content.decode()
@@ -280,6 +291,8 @@ def test_recover_asks_since_when_then_resends_the_failed_deliveries(admin_client
     assert messages_of(response) == ["Failed deliveries queued again: 1."]
     delivery.refresh_from_db()
     assert delivery.status == "pending" and delivery.attempts == 0
+    response = act(admin_client, "endpoint", "recover", [endpoint.pk], since=since)
+    assert messages_with_levels(response) == [("warning", "Failed deliveries queued again: 0.")]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -290,13 +303,17 @@ def test_resend_and_replay_queue_deliveries_again(admin_client):
     first, second = message.deliveries.order_by("pk")
     # While their first jobs are queued, a resend changes nothing, and says so.
     response = act(admin_client, "delivery", "resend", [first.pk])
-    assert "1 were being delivered already" in messages_of(response)[0]
+    assert messages_of(response) == [
+        "Deliveries queued again: 0. 1 delivery already being delivered was left as it was."
+    ]
     Job.objects.filter(queue="webhooks").update(status=JobStatus.SUCCEEDED)
     Delivery.objects.update(status="succeeded", attempts=1)
     response = act(admin_client, "delivery", "resend", [first.pk])
     assert messages_of(response) == ["Deliveries queued again: 1."]
     response = act(admin_client, "message", "replay", [message.pk])
-    assert messages_of(response)[0].startswith("Deliveries queued again: 1. 1 were being")
+    assert messages_of(response) == [
+        "Deliveries queued again: 1. 1 delivery already being delivered was left as it was."
+    ]
     assert {d.status for d in message.deliveries.all()} == {"pending"}
     page = admin_client.get(f"/admin/django_outbox/message/{message.pk}/change/").content.decode()
     assert f"/admin/django_outbox/delivery/{second.pk}/change/" in page  # linked

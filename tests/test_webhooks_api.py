@@ -253,6 +253,43 @@ def test_replay_and_send_test_refuse_a_disabled_or_foreign_endpoint():
     assert Delivery.objects.filter(endpoint=theirs).count() == 0
 
 
+def test_a_disabled_endpoints_reason_reads_once():
+    (endpoint,) = endpoints(1)
+    webhooks.disable(endpoint)
+    endpoint.refresh_from_db()
+    assert endpoint.disabled_reason == "by hand"
+    with pytest.raises(ValidationError) as refused:
+        webhooks.send_test(endpoint)
+    assert refused.value.messages == [
+        f"Endpoint {endpoint.pk} is disabled (by hand): enable() it first."
+    ]
+
+
+@pytest.mark.parametrize(
+    ("lease", "says"),
+    [
+        (30, "below 30 (OUTBOX['LEASE_SECONDS'], so a lease outlasts its request), not 3600."),
+        (7200, "below 600 (the most a request may take), not 3600."),
+    ],
+)
+def test_a_timeout_too_long_names_the_limit_that_applies(lease, says):
+    with (
+        override_settings(OUTBOX={"LEASE_SECONDS": lease}),
+        pytest.raises(ValidationError) as refused,
+    ):
+        webhooks.create_endpoint(URL, timeout=3600)
+    assert refused.value.messages[0].endswith(says)
+
+
+def test_a_payload_too_large_names_the_limit_in_bytes():
+    with (
+        override_settings(OUTBOX={"WEBHOOKS": {"MAX_PAYLOAD_BYTES": 100}}),
+        pytest.raises(ValidationError) as refused,
+    ):
+        webhooks.send("invoice.paid", {"blob": "x" * 200})
+    assert "OUTBOX['WEBHOOKS']['MAX_PAYLOAD_BYTES'] (100 bytes)." in refused.value.messages[0]
+
+
 @pytest.mark.parametrize("url", ["https://[::1/x", "https://exa mple.com/", "", 42])
 def test_a_malformed_url_is_a_validation_error(url):
     with pytest.raises(ValidationError):

@@ -424,9 +424,18 @@ def test_an_endpoint_failing_for_its_window_is_disabled(receiver, webhook_worker
     assert delivery.status == DeliveryStatus.FAILED
     endpoint.refresh_from_db()
     assert not endpoint.active
-    assert "every delivery failed" in endpoint.disabled_reason
+    assert endpoint.disabled_reason == "every attempt failed for 10 ms, 3 or more in a row"
     assert endpoint.consecutive_failures >= 3
     assert "webhook_endpoint_disabled" in [name for name, _ in caught]
+
+
+def test_the_failing_reason_reads_as_a_duration_and_a_count():
+    from django_outbox.webhooks.recording import failing_reason
+
+    assert failing_reason() == "every attempt failed for 5 days, 20 or more in a row"
+    hooks = {"DISABLE_AFTER_SECONDS": 3600, "DISABLE_AFTER_ATTEMPTS": 1_000_000}
+    with override_settings(OUTBOX={"WEBHOOKS": hooks}):
+        assert failing_reason() == "every attempt failed for 1 h, 1,000,000 or more in a row"
 
 
 def test_a_success_resets_the_failure_count(receiver, webhook_worker):

@@ -20,10 +20,11 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_outbox import webhooks
+from django_outbox import conf, webhooks
 from django_outbox.admin import display, lists, rounds
 from django_outbox.admin.jobs import ReadOnlyAdmin
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Message
+from django_outbox.text import count, duration
 
 
 def link(obj: Any, text: Any = None) -> SafeString:
@@ -51,10 +52,18 @@ def resend_all(
             queued += 1
         else:
             busy += 1
-    text = f"Deliveries queued again: {queued}."
+    text = f"Deliveries queued again: {queued:,}."
     if busy:
-        text += f" {busy} were being delivered already and were left as they were."
+        were, they = ("was", "it was") if busy == 1 else ("were", "they were")
+        text += (
+            f" {count(busy, 'delivery', 'deliveries')} already being delivered {were} left"
+            f" as {they}."
+        )
     admin_.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
+
+
+def _skipped(disabled: int) -> str:
+    return f"{count(disabled, 'disabled endpoint')} {'was' if disabled == 1 else 'were'} skipped."
 
 
 class RecoverForm(forms.Form):
@@ -119,24 +128,31 @@ class EndpointAdmin(ReadOnlyAdmin):
         endpoints = list(queryset)
         for endpoint in endpoints:
             webhooks.enable(endpoint)
-        self.message_user(request, f"Endpoints enabled: {len(endpoints)}.", messages.SUCCESS)
+        self.message_user(request, f"Endpoints enabled: {len(endpoints):,}.", messages.SUCCESS)
 
     @admin.action(description="Disable", permissions=["act"])
     def disable(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
         endpoints = list(queryset)
-        reason = f"disabled in the admin by {request.user}"
+        reason = f"in the admin by {request.user}"  # reads "disabled: in the admin by …"
         for endpoint in endpoints:
             webhooks.disable(endpoint, reason)
-        self.message_user(request, f"Endpoints disabled: {len(endpoints)}.", messages.SUCCESS)
+        self.message_user(request, f"Endpoints disabled: {len(endpoints):,}.", messages.SUCCESS)
 
     @admin.action(description="Rotate the signing secret", permissions=["act"])
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
+        grace = conf.get().WEBHOOKS.ROTATION_GRACE_SECONDS
         for endpoint in queryset:
             secret = webhooks.rotate_secret(endpoint)
+            expires = endpoint.previous_secret_expires_at
+            previous = (
+                f"the previous one also signs for {duration(grace)}, "
+                f"until {timezone.localtime(expires):%Y-%m-%d %H:%M}"
+                if grace and expires is not None
+                else "the previous one signs no more"
+            )
             self.message_user(
                 request,
-                f"New secret of {endpoint.url} (shown once; the previous one signs too "
-                f"until its grace period ends): {secret}",
+                f"New secret of {endpoint.url} (shown once; {previous}): {secret}",
                 messages.SUCCESS,
             )
 
@@ -149,9 +165,9 @@ class EndpointAdmin(ReadOnlyAdmin):
                 sent += 1
             except ValidationError:
                 refused += 1  # disabled
-        text = f"Test events queued: {sent}."
+        text = f"Test events queued: {sent:,}."
         if refused:
-            text += f" {refused} disabled endpoints were skipped."
+            text += f" {_skipped(refused)}"
         self.message_user(request, text, messages.SUCCESS if sent else messages.WARNING)
 
     @admin.action(description="Resend failed deliveries since a time…", permissions=["act"])
@@ -165,10 +181,10 @@ class EndpointAdmin(ReadOnlyAdmin):
                     queued += webhooks.recover(endpoint, since)
                 except ValidationError:
                     skipped += 1
-            text = f"Failed deliveries queued again: {queued}."
+            text = f"Failed deliveries queued again: {queued:,}."
             if skipped:
-                text += f" {skipped} disabled endpoints were skipped."
-            self.message_user(request, text, messages.SUCCESS)
+                text += f" {_skipped(skipped)}"
+            self.message_user(request, text, messages.SUCCESS if queued else messages.WARNING)
             return None
         if "since" not in request.POST:
             form = RecoverForm(initial={"since": timezone.localtime() - timedelta(days=1)})

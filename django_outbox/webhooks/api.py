@@ -63,11 +63,17 @@ def _patterns(event_types: Iterable[str] | None) -> list[str]:
 def _timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
-    limit = min(MAX_TIMEOUT, conf.get().LEASE_SECONDS)
+    lease = conf.get().LEASE_SECONDS
+    limit = min(MAX_TIMEOUT, lease)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < limit:
+        why = (
+            "the most a request may take"
+            if limit < lease
+            else "OUTBOX['LEASE_SECONDS'], so a lease outlasts its request"
+        )
         raise ValidationError(
             f"timeout must be a number of seconds above 0 and below {text.number(limit)} "
-            f"(OUTBOX['LEASE_SECONDS'], so a lease outlasts its request), not {timeout!r}."
+            f"({why}), not {timeout!r}."
         )
     return float(timeout)
 
@@ -137,7 +143,7 @@ def envelope(event_type: str, payload: Any, at: datetime) -> str:
     if size > limit:
         raise ValidationError(
             f"The payload of {event_type!r} is {size:,} bytes as sent, over "
-            f"OUTBOX['WEBHOOKS']['MAX_PAYLOAD_BYTES'] ({limit:,}). Send a smaller event (an "
+            f"OUTBOX['WEBHOOKS']['MAX_PAYLOAD_BYTES'] ({limit:,} bytes). Send a smaller event (an "
             "id the receiver can fetch the rest with)."
         )
     return body
@@ -338,7 +344,9 @@ def set_rate_limit(endpoint: Endpoint, rate_limit: float | None) -> None:
     endpoint.save(update_fields=["rate_limit"])
 
 
-def disable(endpoint: Endpoint, reason: str = "disabled by hand") -> None:
+def disable(endpoint: Endpoint, reason: str = "by hand") -> None:
+    """Send nothing more to ``endpoint`` until it is enabled. ``reason`` reads after
+    "disabled: " ("by hand", "in the admin by alice")."""
     endpoint.active, endpoint.disabled_reason = False, reason[:255]
     endpoint.disabled_at = timezone.now()
     endpoint.save(update_fields=["active", "disabled_reason", "disabled_at"])

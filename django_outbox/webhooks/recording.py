@@ -215,10 +215,6 @@ def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[En
             ),
         )
         window = timedelta(seconds=options.DISABLE_AFTER_SECONDS)
-        reason = (
-            f"every delivery failed for {_days(window)}, over "
-            f"{options.DISABLE_AFTER_ATTEMPTS}+ attempts in a row"
-        )
         disabled += _disable(
             Endpoint.objects.filter(
                 pk__in=failures,
@@ -226,7 +222,7 @@ def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[En
                 failing_since__lte=now - window,
                 consecutive_failures__gte=options.DISABLE_AFTER_ATTEMPTS,
             ),
-            reason,
+            failing_reason(),
             now,
         )
     if gone:
@@ -250,9 +246,13 @@ def _disable(endpoints: object, reason: str, now: datetime) -> list[tuple[Endpoi
     return [(endpoint, reason) for endpoint in found.values()]
 
 
-def _days(window: timedelta) -> str:
-    days = window.total_seconds() / 86400
-    return f"{text.number(days)} days" if days >= 1 else f"{text.number(window.total_seconds())} s"
+def failing_reason() -> str:
+    """Why an endpoint failing for its window was disabled (shown after "disabled: ")."""
+    options = conf.get().WEBHOOKS
+    return (
+        f"every attempt failed for {text.duration(options.DISABLE_AFTER_SECONDS)}, "
+        f"{options.DISABLE_AFTER_ATTEMPTS:,} or more in a row"
+    )
 
 
 def _send_signals(
