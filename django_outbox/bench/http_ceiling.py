@@ -28,6 +28,8 @@ import multiprocessing
 import secrets
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,10 +138,10 @@ def _process(
             (index % fan_out, f"msg_bench{index // fan_out}", envelope(index // fan_out))
             for index in range(slot, deliveries, slots)
         ]
-        send = _send if client == "httpcore" else _send_with_httpx
         workers.append(
             threading.Thread(
-                target=send, args=(url, mine, secrets_, slot, firsts, lasts, succeeded, ready)
+                target=_send,
+                args=(url, mine, secrets_, client, slot, firsts, lasts, succeeded, ready),
             )
         )
     started = time.process_time()
@@ -155,66 +157,16 @@ def _send(
     url: str,
     mine: list[tuple[int, str, bytes]],
     secrets_: list[bytes],
+    client: str,
     slot: int,
     firsts: Any,
     lasts: Any,
     succeeded: Any,
     ready: Any,
 ) -> None:
-    import httpcore
-
-    host = url.split("//", 1)[1].split("/", 1)[0].encode()
-    urls = [f"{url}/{endpoint}".encode() for endpoint in range(len(secrets_))]
-    fixed = [
-        (b"host", host),
-        (b"user-agent", b"django-outbox-bench"),
-        (b"accept", b"*/*"),
-        (b"accept-encoding", b"identity"),
-    ]
+    """One thread: sign and POST its share with ``client``, each request signed when sent."""
     ok = 0
-    with httpcore.ConnectionPool(max_connections=1) as pool:
-        ready.wait()
-        first = last = time.time()
-        for endpoint, msg_id, body in mine:
-            timestamp = str(int(time.time()))
-            digest = hmac.new(
-                secrets_[endpoint], f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256
-            ).digest()
-            answer = pool.request(
-                b"POST",
-                urls[endpoint],
-                headers=[
-                    *fixed,
-                    (b"webhook-id", msg_id.encode()),
-                    (b"webhook-timestamp", timestamp.encode()),
-                    (b"webhook-signature", b"v1," + base64.b64encode(digest)),
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-                content=body,
-            )
-            ok += 200 <= answer.status < 300
-        last = time.time()
-    firsts[slot], lasts[slot] = first, last
-    with succeeded.get_lock():
-        succeeded.value += ok
-
-
-def _send_with_httpx(
-    url: str,
-    mine: list[tuple[int, str, bytes]],
-    secrets_: list[bytes],
-    slot: int,
-    firsts: Any,
-    lasts: Any,
-    succeeded: Any,
-    ready: Any,
-) -> None:
-    import httpx
-
-    urls = [f"{url}/{endpoint}" for endpoint in range(len(secrets_))]
-    ok = 0
-    with httpx.Client(headers={"user-agent": "django-outbox-bench"}) as client:
+    with _poster(url, len(secrets_), client) as post:
         ready.wait()
         first = time.time()
         for endpoint, msg_id, body in mine:
@@ -222,18 +174,68 @@ def _send_with_httpx(
             digest = hmac.new(
                 secrets_[endpoint], f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256
             ).digest()
-            answer = client.post(
-                urls[endpoint],
-                content=body,
-                headers={
-                    "webhook-id": msg_id,
-                    "webhook-timestamp": timestamp,
-                    "webhook-signature": "v1," + base64.b64encode(digest).decode(),
-                    "content-type": "application/json",
-                },
-            )
-            ok += 200 <= answer.status_code < 300
+            status = post(endpoint, msg_id, timestamp, b"v1," + base64.b64encode(digest), body)
+            ok += 200 <= status < 300
         last = time.time()
     firsts[slot], lasts[slot] = first, last
     with succeeded.get_lock():
         succeeded.value += ok
+
+
+#: POST one signed body: (endpoint, webhook-id, webhook-timestamp, signature, body) -> status.
+Post = Callable[[int, str, str, bytes, bytes], int]
+
+
+@contextmanager
+def _poster(url: str, endpoints: int, client: str) -> Iterator[Post]:
+    """A thread's sender: its own keep-alive httpcore pool, or its own ``httpx.Client``."""
+    if client == "httpcore":
+        import httpcore
+
+        host = url.split("//", 1)[1].split("/", 1)[0].encode()
+        raw_urls = [f"{url}/{endpoint}".encode() for endpoint in range(endpoints)]
+        fixed = [
+            (b"host", host),
+            (b"user-agent", b"django-outbox-bench"),
+            (b"accept", b"*/*"),
+            (b"accept-encoding", b"identity"),
+        ]
+        with httpcore.ConnectionPool(max_connections=1) as pool:
+
+            def post_raw(endpoint: int, msg_id: str, stamp: str, sig: bytes, body: bytes) -> int:
+                answer = pool.request(
+                    b"POST",
+                    raw_urls[endpoint],
+                    headers=[
+                        *fixed,
+                        (b"webhook-id", msg_id.encode()),
+                        (b"webhook-timestamp", stamp.encode()),
+                        (b"webhook-signature", sig),
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                    content=body,
+                )
+                return answer.status
+
+            yield post_raw
+        return
+    import httpx
+
+    urls = [f"{url}/{endpoint}" for endpoint in range(endpoints)]
+    with httpx.Client(headers={"user-agent": "django-outbox-bench"}) as http:
+
+        def post(endpoint: int, msg_id: str, stamp: str, sig: bytes, body: bytes) -> int:
+            answer = http.post(
+                urls[endpoint],
+                content=body,
+                headers={
+                    "webhook-id": msg_id,
+                    "webhook-timestamp": stamp,
+                    "webhook-signature": sig.decode(),
+                    "content-type": "application/json",
+                },
+            )
+            return answer.status_code
+
+        yield post
