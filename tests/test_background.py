@@ -31,4 +31,4 @@ def test_a_round_that_raises_is_logged_and_tried_again(monkeypatch, caplog):
         assert thread.second.wait(5)
     finally:
         thread.stop()
-    assert "flaky: the round failed" in caplog.text and "a bad schedule" in caplog.text
+    assert "flaky failed (the traceback follows)" in caplog.text and "a bad schedule" in caplog.text

@@ -163,10 +163,15 @@ def claim_batch(
                 backend,
                 now,
             )
-        except DatabaseError:
+        except DatabaseError as exc:
             if not rows:
                 raise
-            logger.warning("claim of limited queue %s failed; keeping what was claimed", queue)
+            logger.warning(
+                "claiming from limited queue %s failed (%s: %s); keeping the jobs claimed so far",
+                queue,
+                type(exc).__name__,
+                exc,
+            )
             break
         rows += got
         rated_taken += len(got)
@@ -177,10 +182,15 @@ def claim_batch(
             rows += _run_claim(
                 connection, worker_id, free, limit - len(rows), lease_seconds, backend, now
             )
-        except DatabaseError:
+        except DatabaseError as exc:
             if not rows:
                 raise
-            logger.warning("claim of queues %s failed; keeping what was claimed", free)
+            logger.warning(
+                "claiming from queue(s) %s failed (%s: %s); keeping the jobs claimed so far",
+                ", ".join(free),
+                type(exc).__name__,
+                exc,
+            )
     decode = returned_values(connection, Job, RETURNED_FIELDS)
     # ClaimedJob's fields are RETURNED_FIELDS, in that order, then last_attempted_at.
     claimed = [ClaimedJob(*[*decode(row), now]) for row in rows]

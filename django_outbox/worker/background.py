@@ -8,6 +8,8 @@ import threading
 
 from django.db import connections
 
+from django_outbox import text
+
 logger = logging.getLogger("django_outbox.worker")
 
 #: Seconds before a round that failed is tried again.
@@ -49,7 +51,11 @@ class BackgroundThread:
                 wait = self.round()
             except Exception:
                 # A bad schedule or a bug must not end the thread unseen: say so, go on.
-                logger.exception("%s: the round failed; trying again in %g s", self.name, RETRY)
+                logger.exception(
+                    "%s failed (the traceback follows); trying again in %s",
+                    self.name,
+                    text.duration(RETRY),
+                )
                 wait = RETRY
             finally:
                 connections.close_all()  # this thread's connections only

@@ -155,7 +155,15 @@ class Completer:
                 outcome.succeeded, outcome.return_value = False, None
                 outcome.held_until = outcome.new_kwargs = None  # fail it, do not hold it
                 outcome.error = error_record(refused)
-            logger.error("worker %s: job %s: %s", self.worker_id, outcome.job.id, first_line)
+            logger.error(
+                "worker %s: job %s (%s): the database refused its result (%s: %s); the run "
+                "is recorded as failed",
+                self.worker_id,
+                outcome.job.id,
+                outcome.job.task_path,
+                type(exc).__name__,
+                first_line,
+            )
             return self.db.run(write)
 
     def _drop_lost(self, lost: list[Outcome], of: int) -> None:
@@ -168,7 +176,8 @@ class Completer:
             self.worker_id,
             len(lost),
             of,
-            ", ".join(str(o.job.id) for o in lost[:10]),
+            ", ".join(str(o.job.id) for o in lost[:10])
+            + (f", and {len(lost) - 10} more" if len(lost) > 10 else ""),
         )
 
     def _record(self, outcome: Outcome) -> None:

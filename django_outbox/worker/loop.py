@@ -177,13 +177,15 @@ class Worker:
             # Listen before the first look for work, so a signal sent in between is not lost.
             self._listen()
             logger.info(
-                "worker %s started: backend %s, queues %s, %d threads, batches of %d, "
+                "worker %s started: backend %s, queues %s, %d threads, batches of %s, "
                 "database %s, wake-ups: %s",
                 self.id,
                 self.backend,
                 ",".join(self.queues),
                 self.concurrency,
-                self.batch_size,
+                f"{self.batch_size} (up to {MAX_ADAPTIVE_BATCH} for quick jobs)"
+                if self.producer.adaptive
+                else self.batch_size,
                 describe_database(self.alias),
                 self.waker.name,
             )
@@ -367,20 +369,27 @@ class Worker:
                 self.inbox.wait(min(TICK_SECONDS, max(0.0, deadline - time.monotonic())))
         self._take_news()
         if completer.unflushed or completer.to_release:
+            undone = [
+                f"write {text.count(len(completer.unflushed), 'result')}"
+                if completer.unflushed
+                else "",
+                f"put back {text.count(len(completer.to_release), 'job')}"
+                if completer.to_release
+                else "",
+            ]
             logger.warning(
-                "worker %s: could not write %d results or put back %d jobs before stopping "
-                "(database unreachable); those jobs run again once their lease expires",
+                "worker %s: could not %s before stopping (database unreachable); those jobs "
+                "run again once their lease expires",
                 self.id,
-                len(completer.unflushed),
-                len(completer.to_release),
+                " or ".join(filter(None, undone)),
             )
         if self.pool.in_flight:
             logger.warning(
-                "worker %s: %d jobs still running after the %.0f s shutdown timeout; leaving "
-                "them leased, to be run again once their lease expires",
+                "worker %s: %s still running after the %s shutdown timeout; leaving them "
+                "leased, to be run again once their lease expires",
                 self.id,
-                self.pool.in_flight,
-                self.shutdown_timeout,
+                text.count(self.pool.in_flight, "job"),
+                text.duration(self.shutdown_timeout),
             )
         self.db.run(lambda: leases.unregister_worker(self.id))
         self.pool.shutdown()

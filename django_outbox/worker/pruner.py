@@ -40,7 +40,11 @@ class Pruner(BackgroundThread):
         except _Stopped:
             return None
         except DatabaseError as exc:
-            logger.warning("worker %s: pruning failed, tried again later (%s)", self.worker_id, exc)
+            logger.warning(
+                "worker %s: pruning failed (%s); it is tried again at the next round",
+                self.worker_id,
+                exc,
+            )
             return None
         finally:
             self.rounds += 1

@@ -40,11 +40,11 @@ class Scheduler(BackgroundThread):
         for result in results:
             self.enqueued += 1
             logger.info(
-                "worker %s: scheduled %s enqueued (job %s, tick %s)",
+                "worker %s: enqueued %s for its tick of %s (job %s)",
                 self.worker_id,
                 result.task.module_path,
+                f"{result.task.run_after:%Y-%m-%d %H:%M:%S %Z}" if result.task.run_after else "now",
                 result.id,
-                f"{result.task.run_after:%Y-%m-%d %H:%M:%S}" if result.task.run_after else "",
             )
         if upcoming is None:
             return MAX_SLEEP
