@@ -36,6 +36,11 @@ class VerificationError(Exception):
 class InvalidSecret(ValueError):
     """A webhook secret must be "whsec_" followed by base64 of 24 to 64 bytes."""
 
+    @classmethod
+    def because(cls, detail: str) -> InvalidSecret:
+        """The docstring's sentence with ``detail`` inside it: "… bytes (it holds 16 bytes)."."""
+        return cls(f"{(cls.__doc__ or '').removesuffix('.')} ({detail}).")
+
 
 def generate_secret(size: int = 32) -> str:
     if not MIN_SECRET_BYTES <= size <= MAX_SECRET_BYTES:
@@ -48,13 +53,13 @@ def generate_secret(size: int = 32) -> str:
 def secret_key(secret: str) -> bytes:
     """The key bytes of a ``whsec_`` secret; InvalidSecret for anything else."""
     if not isinstance(secret, str) or not secret.startswith(PREFIX):
-        raise InvalidSecret(f"{InvalidSecret.__doc__} (got {_describe(secret)})")
+        raise InvalidSecret.because(f"got {_describe(secret)}")
     try:
         key = base64.b64decode(secret[len(PREFIX) :], validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidSecret(f"{InvalidSecret.__doc__} (its base64 does not decode)") from None
+        raise InvalidSecret.because("its base64 does not decode") from None
     if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
-        raise InvalidSecret(f"{InvalidSecret.__doc__} (it holds {len(key)} bytes)")
+        raise InvalidSecret.because(f"it holds {len(key)} bytes")
     return key
 
 
@@ -90,20 +95,22 @@ def verify(
     ``tolerance`` seconds of ``now``, which stops replays of old requests.
     """
     lowered = {str(k).lower(): str(v) for k, v in received.items()}
-    msg_id = lowered.get("webhook-id")
-    stamp = lowered.get("webhook-timestamp")
-    signature_header = lowered.get("webhook-signature")
-    if not (msg_id and stamp and signature_header):
-        raise VerificationError("missing webhook-id, webhook-timestamp or webhook-signature")
+    names = ("webhook-id", "webhook-timestamp", "webhook-signature")
+    missing = [name for name in names if not lowered.get(name)]
+    if missing:
+        raise VerificationError(f"missing header{'s' * (len(missing) > 1)}: {', '.join(missing)}")
+    msg_id, stamp, signature_header = (lowered[name] for name in names)
     try:
         timestamp = int(stamp)
     except ValueError:
         raise VerificationError(f"webhook-timestamp is not a whole number: {stamp!r}") from None
     now = time.time() if now is None else now
-    if abs(now - timestamp) > tolerance:
+    age = now - timestamp
+    if abs(age) > tolerance:
         raise VerificationError(
-            f"webhook-timestamp is {now - timestamp:+.0f} s from now, "
-            f"outside ±{text.number(tolerance)} s"
+            f"webhook-timestamp is {text.duration(abs(age))} "
+            f"{'old' if age > 0 else 'in the future'}, more than the "
+            f"{text.duration(tolerance)} allowed (a replayed request, or a clock that is off)"
         )
     raw = body.encode() if isinstance(body, str) else body
     candidates = [secret] if isinstance(secret, str) else list(secret)
