@@ -80,7 +80,8 @@ def webhook_settings_errors(raw: Any) -> list[str]:
     if not isinstance(raw, dict):
         return errors
     for key, (kind, floor, ceiling) in _WEBHOOK_NUMBER_RULES.items():
-        if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling)):
+        seconds = key.endswith(("SECONDS", "TIMEOUT"))
+        if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling, seconds)):
             errors.append(f"{where}[{key!r}] must be {problem}, not {raw[key]!r}.")
     for key in ("QUEUE", "BACKEND", "USER_AGENT"):
         if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
@@ -96,7 +97,7 @@ def webhook_settings_errors(raw: Any) -> list[str]:
         ):
             errors.append(
                 f"{where}['RETRY_SCHEDULE'] must be a non-empty list of seconds (numbers from 0"
-                f" to {text.number(MAX_NUMBER)}), not {schedule!r}."
+                f" to {_most(MAX_NUMBER, seconds=True)}), not {schedule!r}."
             )
     if "ALLOWED_NETWORKS" in raw:
         networks = raw["ALLOWED_NETWORKS"]
@@ -124,15 +125,25 @@ def _shape_errors(raw: Any, where: str, known: Iterable[str]) -> list[str]:
     ]
 
 
-def _number_problem(value: Any, kind: type, floor: float, ceiling: float) -> str | None:
-    """What ``value`` should be, or None when it is a fitting number."""
+def _number_problem(
+    value: Any, kind: type, floor: float, ceiling: float, seconds: bool = False
+) -> str | None:
+    """What ``value`` should be, or None when it is a fitting number. A floor below 0
+    stands for "at least 0"; ``seconds`` adds the ceiling as a duration when it helps."""
     allowed = (int,) if kind is int else (int, float)
     wanted = "a whole number" if kind is int else "a number"
     if isinstance(value, bool) or not isinstance(value, allowed) or not floor < value <= ceiling:
-        low = "at least 0" if floor < 0 else f"greater than {text.number(floor)}"
-        high = f"{ceiling:,.0f}" if ceiling >= 1e6 else f"{text.number(ceiling)}"
-        return f"{wanted} {low} and at most {high}"
+        high = _most(ceiling, seconds)
+        if floor < 0:
+            return f"{wanted} from 0 to {high}"
+        return f"{wanted} greater than {text.number(floor)} and at most {high}"
     return None
+
+
+def _most(ceiling: float, seconds: bool) -> str:
+    """``31,622,400 (366 days)`` for a ceiling in seconds of an hour or more, else the number."""
+    shown = text.number(ceiling)
+    return f"{shown} ({text.duration(ceiling)})" if seconds and ceiling >= 3600 else shown
 
 
 def _merge_webhooks(raw: dict[str, Any]) -> WebhookSettings:
@@ -160,8 +171,8 @@ def parse_age(text: object) -> timedelta:
     match = _AGE.match(text) if isinstance(text, str) else None
     if not match:
         raise ValueError(
-            f"{text!r} is not an age: write a number and a unit, s, m, h, d or w "
-            "(e.g. 90s, 30m, 12h, 7d, 2w)."
+            f"{text!r} is not an age: write a number and a unit (s, m, h, d or w), "
+            "e.g. 90s, 30m, 12h, 7d, 2w."
         )
     age = timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
     if age <= timedelta(0):
@@ -173,11 +184,15 @@ def parse_statuses(names: Iterable[object]) -> list[str]:
     """Finished job statuses only; anything else is a ValueError naming the choices."""
     statuses = [str(name).strip() for name in names if str(name).strip()]
     wrong = [name for name in statuses if name not in FINISHED_STATUSES]
-    if wrong or not statuses:
+    choices = ", ".join(FINISHED_STATUSES)
+    if wrong:
+        named = ", ".join(repr(name) for name in wrong)
         raise ValueError(
-            f"Statuses to prune: {', '.join(wrong) or 'none given'} refused; choose among "
-            f"{', '.join(FINISHED_STATUSES)} (queued and running jobs are never pruned)."
+            f"Jobs cannot be pruned by status{'es' * (len(wrong) > 1)} {named}: choose among "
+            f"{choices} (queued and running jobs are never pruned)."
         )
+    if not statuses:
+        raise ValueError(f"No job status to prune given: choose among {choices}.")
     return statuses
 
 
@@ -218,7 +233,7 @@ def retention_settings_errors(raw: Any) -> list[str]:
             except ValueError as exc:
                 errors.append(f"{where}['STATUSES']: {exc}")
     if "EVERY_SECONDS" in raw and (
-        problem := _number_problem(raw["EVERY_SECONDS"], float, 0.0, MAX_NUMBER)
+        problem := _number_problem(raw["EVERY_SECONDS"], float, 0.0, MAX_NUMBER, seconds=True)
     ):
         errors.append(f"{where}['EVERY_SECONDS'] must be {problem}, not {raw['EVERY_SECONDS']!r}.")
     return errors
@@ -315,7 +330,8 @@ def health_settings_errors(raw: Any) -> list[str]:
         ("WINDOW_SECONDS", float, 0.0, MAX_NUMBER),
         ("MIN_FINISHED", int, 0, 1000),
     ):
-        if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling)):
+        seconds = key.endswith("SECONDS")
+        if key in raw and (problem := _number_problem(raw[key], kind, floor, ceiling, seconds)):
             errors.append(f"{where}[{key!r}] must be {problem}, not {raw[key]!r}.")
     rate = raw.get("MAX_FAILURE_RATE", 0.0)
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
@@ -427,9 +443,10 @@ def settings_errors(raw: Any) -> list[str]:
             wanted = "a whole number" if kind is int else "a number"
             errors.append(f"OUTBOX[{key!r}] must be {wanted}, not {value!r}.")
         elif not floor < value <= MAX_NUMBER:
+            high = _most(MAX_NUMBER, seconds=key != "DEFAULT_MAX_ATTEMPTS")
             errors.append(
                 f"OUTBOX[{key!r}] must be greater than {text.number(floor)} and at most "
-                f"{text.number(MAX_NUMBER)}, not {value!r}."
+                f"{high}, not {value!r}."
             )
     if "WAKE" in raw and raw["WAKE"] not in WAKE_MODES:
         errors.append(
@@ -465,17 +482,22 @@ def settings_errors(raw: Any) -> list[str]:
         )
     if not errors:
         merged = _merge(raw)
+        heartbeat, lease = text.number(merged.HEARTBEAT_SECONDS), text.number(merged.LEASE_SECONDS)
         if merged.HEARTBEAT_SECONDS >= merged.LEASE_SECONDS:
             errors.append(
-                "OUTBOX['HEARTBEAT_SECONDS'] must be shorter than OUTBOX['LEASE_SECONDS'], "
-                "or leases expire between heartbeats."
+                f"OUTBOX['HEARTBEAT_SECONDS'] ({heartbeat}) must be shorter than "
+                f"OUTBOX['LEASE_SECONDS'] ({lease}), or leases expire between heartbeats."
             )
         if merged.BACKOFF_CAP < merged.BACKOFF_BASE:
-            errors.append("OUTBOX['BACKOFF_CAP'] must not be below OUTBOX['BACKOFF_BASE'].")
+            errors.append(
+                f"OUTBOX['BACKOFF_CAP'] ({text.number(merged.BACKOFF_CAP)}) must not be below "
+                f"OUTBOX['BACKOFF_BASE'] ({text.number(merged.BACKOFF_BASE)})."
+            )
         if merged.WEBHOOKS.TIMEOUT >= merged.LEASE_SECONDS:
             errors.append(
-                "OUTBOX['WEBHOOKS']['TIMEOUT'] must be shorter than OUTBOX['LEASE_SECONDS'], "
-                "so a delivery's lease outlasts its request."
+                f"OUTBOX['WEBHOOKS']['TIMEOUT'] ({text.number(merged.WEBHOOKS.TIMEOUT)}) must be "
+                f"shorter than OUTBOX['LEASE_SECONDS'] ({lease}), so a delivery's lease "
+                "outlasts its request."
             )
     return errors
 

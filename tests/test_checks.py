@@ -28,7 +28,16 @@ def outbox_errors():
     ("value", "message"),
     [
         ({"POLL_INTERVAL": "fast"}, "OUTBOX['POLL_INTERVAL'] must be a number, not 'fast'."),
-        ({"LEASE_SECONDS": 0}, "OUTBOX['LEASE_SECONDS'] must be greater than 0 and at most"),
+        (
+            {"LEASE_SECONDS": 0},
+            "OUTBOX['LEASE_SECONDS'] must be greater than 0 and at most 31,622,400 (366 days), "
+            "not 0.",
+        ),
+        (
+            {"HEARTBEAT_SECONDS": 30, "LEASE_SECONDS": 5, "WEBHOOKS": {"TIMEOUT": 1}},
+            "OUTBOX['HEARTBEAT_SECONDS'] (30) must be shorter than OUTBOX['LEASE_SECONDS'] (5), "
+            "or leases expire between heartbeats.",
+        ),
         ({"DEFAULT_MAX_ATTEMPTS": 2.5}, "OUTBOX['DEFAULT_MAX_ATTEMPTS'] must be a whole number"),
         ({"DEFAULT_MAX_ATTEMPTS": True}, "must be a whole number, not True"),
         ({"POLL": 1}, "OUTBOX['POLL'] is not a known setting"),
@@ -36,24 +45,56 @@ def outbox_errors():
             {"LEASE_SECONDS": 5, "HEARTBEAT_SECONDS": 5, "WEBHOOKS": {"TIMEOUT": 1}},
             "must be shorter than",
         ),
-        ({"LEASE_SECONDS": 12}, "OUTBOX['WEBHOOKS']['TIMEOUT'] must be shorter than"),
+        (
+            {"LEASE_SECONDS": 12},
+            "OUTBOX['WEBHOOKS']['TIMEOUT'] (15) must be shorter than OUTBOX['LEASE_SECONDS'] "
+            "(12), so a delivery's lease outlasts its request.",
+        ),
         ({"WEBHOOKS": []}, "OUTBOX['WEBHOOKS'] must be a dict, not list."),
         ({"WEBHOOKS": {"RETRIES": 3}}, "OUTBOX['WEBHOOKS']['RETRIES'] is not a known setting"),
         ({"WEBHOOKS": {"TIMEOUT": 0}}, "OUTBOX['WEBHOOKS']['TIMEOUT'] must be a number"),
         ({"WEBHOOKS": {"LOOKUP_BATCH_SIZE": 101}}, "at most 100, not 101"),
-        ({"WEBHOOKS": {"LOOKUP_BATCH_WAIT_MS": -1}}, "LOOKUP_BATCH_WAIT_MS'] must be a number"),
+        (
+            {"WEBHOOKS": {"LOOKUP_BATCH_WAIT_MS": -1}},
+            "OUTBOX['WEBHOOKS']['LOOKUP_BATCH_WAIT_MS'] must be a number from 0 to 10,000, not -1.",
+        ),
+        (
+            {"WEBHOOKS": {"DISABLE_AFTER_SECONDS": 0}},
+            "['DISABLE_AFTER_SECONDS'] must be a number greater than 0 and at most 31,622,400 "
+            "(366 days), not 0.",
+        ),
+        (
+            {"WEBHOOKS": {"RETRY_SCHEDULE": ["1s"]}},
+            "(numbers from 0 to 31,622,400 (366 days)), not ['1s'].",
+        ),
         ({"WEBHOOKS": {"RETRY_SCHEDULE": []}}, "RETRY_SCHEDULE'] must be a non-empty list"),
         ({"WEBHOOKS": {"RETRY_SCHEDULE": [0, -5]}}, "RETRY_SCHEDULE'] must be a non-empty list"),
         ({"WEBHOOKS": {"ALLOWED_NETWORKS": ["10.0.0.0/33"]}}, "is not a network"),
         ({"WEBHOOKS": {"ALLOWED_NETWORKS": "10.0.0.0/8"}}, "ALLOWED_NETWORKS'] must be a list"),
         ({"WEBHOOKS": {"ALLOW_HTTP": "yes"}}, "ALLOW_HTTP'] must be True or False"),
         ({"WEBHOOKS": {"QUEUE": ""}}, "QUEUE'] must be a non-empty string"),
-        ({"BACKOFF_BASE": 10, "BACKOFF_CAP": 1}, "must not be below OUTBOX['BACKOFF_BASE']"),
+        (
+            {"BACKOFF_BASE": 10, "BACKOFF_CAP": 1.5},
+            "OUTBOX['BACKOFF_CAP'] (1.5) must not be below OUTBOX['BACKOFF_BASE'] (10).",
+        ),
         ({"RETENTION": "7d"}, "OUTBOX['RETENTION'] must be a dict, not str."),
         ({"RETENTION": {"AGE": "7d"}}, "OUTBOX['RETENTION']['AGE'] is not a known setting"),
-        ({"RETENTION": {"OLDER_THAN": "a week"}}, "['OLDER_THAN']: 'a week' is not an age"),
+        (
+            {"RETENTION": {"OLDER_THAN": "a week"}},
+            "OUTBOX['RETENTION']['OLDER_THAN']: 'a week' is not an age: write a number and a "
+            "unit (s, m, h, d or w), e.g. 90s, 30m, 12h, 7d, 2w.",
+        ),
         ({"RETENTION": {"OLDER_THAN": 7}}, "['OLDER_THAN']: 7 is not an age"),
-        ({"RETENTION": {"STATUSES": ["queued"]}}, "queued refused; choose among succeeded"),
+        (
+            {"RETENTION": {"STATUSES": ["queued"]}},
+            "OUTBOX['RETENTION']['STATUSES']: Jobs cannot be pruned by status 'queued': choose "
+            "among succeeded, failed, cancelled (queued and running jobs are never pruned).",
+        ),
+        (
+            {"RETENTION": {"STATUSES": []}},
+            "OUTBOX['RETENTION']['STATUSES']: No job status to prune given: choose among "
+            "succeeded, failed, cancelled.",
+        ),
         ({"RETENTION": {"STATUSES": "failed"}}, "['STATUSES'] must be a list"),
         ({"RETENTION": {"EVERY_SECONDS": 0}}, "['EVERY_SECONDS'] must be a number greater"),
         ([("POLL_INTERVAL", 1)], "OUTBOX must be a dict, not list."),

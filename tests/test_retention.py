@@ -113,7 +113,14 @@ def test_deletes_go_in_chunks(monkeypatch):
         (["--older-than", "0d"], "above zero"),
         (["--older-than=-3h"], "is not an age"),
         (["--older-than", "7d", "--status", "queued"], "queued and running jobs are never"),
-        (["--older-than", "7d", "--status", "succeeded,runing"], "runing refused"),
+        (
+            ["--older-than", "7d", "--status", "succeeded,runing"],
+            "^Jobs cannot be pruned by status 'runing': choose among succeeded, failed, cancelled",
+        ),
+        (
+            ["--older-than", "7d", "--status", "queued,bogus"],
+            "^Jobs cannot be pruned by statuses 'queued', 'bogus': choose among",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_and_nothing_is_deleted(arguments, message):
