@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connections, router
 from django.utils import timezone
 
+from django_outbox import text
 from django_outbox.conf import FINISHED_STATUSES, parse_age, parse_statuses
 from django_outbox.models import (
     Attempt,
@@ -57,7 +58,20 @@ class Pruned:
         return sum(self.counts.values())
 
     def __str__(self) -> str:
-        return ", ".join(f"{count:,} {name}" for name, count in self.counts.items())
+        return ", ".join(
+            text.count(count, *_NOUNS.get(name, (name, name)))
+            for name, count in self.counts.items()
+        )
+
+
+#: Each table's count as one row and as several: "1 delivery", "2 deliveries".
+_NOUNS = {
+    "jobs": ("job", "jobs"),
+    "messages": ("message", "messages"),
+    "deliveries": ("delivery", "deliveries"),
+    "attempts": ("attempt", "attempts"),
+    "hourly counts": ("hourly count", "hourly counts"),
+}
 
 
 def prune(

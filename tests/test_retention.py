@@ -73,6 +73,28 @@ def test_a_dry_run_counts_and_deletes_nothing():
     assert Job.objects.count() == 2
 
 
+class Terminal(StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_only_a_real_prune_shows_a_live_progress_line():
+    job(JobStatus.SUCCEEDED, 10)
+    out = Terminal()
+    call_command("outbox_prune", "--older-than", "7d", "--dry-run", stdout=out)
+    assert "so far" not in out.getvalue() and "\r" not in out.getvalue()
+    assert out.getvalue().startswith("outbox_prune would delete: 1 job, 0 messages")
+    out = Terminal()
+    call_command("outbox_prune", "--older-than", "7d", stdout=out)
+    assert "\rdeleted so far: 1 job, 0 messages" in out.getvalue()
+
+
+def test_counts_read_in_the_singular_and_the_plural():
+    pruned = retention.Pruned()
+    pruned.counts.update({"jobs": 1, "deliveries": 1, "attempts": 12345, "hourly counts": 1})
+    assert str(pruned) == "1 job, 0 messages, 1 delivery, 12,345 attempts, 1 hourly count"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_old_messages_go_with_their_deliveries_and_attempts_unless_one_is_pending():
     webhooks.create_endpoint("https://a.example.com/in")

@@ -41,7 +41,10 @@ class Command(BaseCommand):
             statuses = retention.parse_statuses(options["status"].split(","))
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        live = self.stdout.isatty() if hasattr(self.stdout, "isatty") else sys.stdout.isatty()
+        # A live progress line only while rows are deleted: a dry run deletes none.
+        live = not options["dry_run"] and (
+            self.stdout.isatty() if hasattr(self.stdout, "isatty") else sys.stdout.isatty()
+        )
 
         def progress(pruned: retention.Pruned) -> None:
             if live:
