@@ -107,20 +107,24 @@ def problems(raw: Any) -> list[str]:
     for name, spec in raw.items():
         at = f"{where}[{name!r}]"
         if not isinstance(name, str) or not name or len(name) > 100:
-            found.append(f"{at}: a schedule's name is a string of 1 to 100 characters.")
+            found.append(f"{at}: a schedule's name must be a string of 1 to 100 characters.")
             continue
         if not isinstance(spec, Mapping):
             found.append(f"{at} must be a dict, not {type(spec).__name__}.")
             continue
-        unknown = sorted(set(spec) - set(KEYS), key=str)
-        if unknown:
-            found.append(f"{at}: unknown keys {unknown} (known: {', '.join(KEYS)}).")
+        for key in sorted(set(spec) - set(KEYS), key=str):
+            found.append(f"{at}[{key!r}] is not a known key (known: {', '.join(KEYS)}).")
         for key in ("task", "cron"):
-            if not isinstance(spec.get(key), str) or not spec.get(key):
-                found.append(f"{at}[{key!r}] is required: a non-empty string.")
+            if key not in spec:
+                found.append(f"{at}[{key!r}] is missing.")
+            elif not isinstance(spec[key], str) or not spec[key]:
+                found.append(f"{at}[{key!r}] must be a non-empty string, not {spec[key]!r}.")
         cron = spec.get("cron")
         if isinstance(cron, str) and cron and not croniter.is_valid(cron):
-            found.append(f"{at}['cron']: {cron!r} is not a valid cron expression.")
+            found.append(
+                f"{at}['cron']: {cron!r} is not a valid cron expression (five fields: minute "
+                "hour day month weekday, e.g. '0 3 * * *')."
+            )
         if isinstance(spec.get("task"), str) and spec["task"]:
             found.extend(_task_problems(at, spec))
         if "timezone" in spec:

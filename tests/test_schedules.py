@@ -99,7 +99,11 @@ def schedule_errors(spec) -> list[str]:
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"cron": "61 * * * *"}, "'61 * * * *' is not a valid cron expression"),
+        (
+            {"cron": "61 * * * *"},
+            "OUTBOX['SCHEDULES']['nightly']['cron']: '61 * * * *' is not a valid cron "
+            "expression (five fields: minute hour day month weekday, e.g. '0 3 * * *').",
+        ),
         ({"cron": "every day"}, "is not a valid cron expression"),
         ({"task": "tests.tasks.nothing_here"}, "could not be imported"),
         ({"task": "tests.tasks.Any"}, "not a task"),
@@ -107,14 +111,37 @@ def schedule_errors(spec) -> list[str]:
         ({"missed": "some"}, "['missed'] must be one of latest, all, skip"),
         ({"args": [{1, 2}]}, "must be JSON-serialisable"),
         ({"args": "1, 2"}, "['args'] must be a list"),
-        ({"every": "day"}, "unknown keys ['every']"),
-        ({"cron": ""}, "['cron'] is required"),
+        (
+            {"every": "day"},
+            "OUTBOX['SCHEDULES']['nightly']['every'] is not a known key (known: task, cron, "
+            "timezone, args, kwargs, missed).",
+        ),
+        (
+            {"cron": ""},
+            "OUTBOX['SCHEDULES']['nightly']['cron'] must be a non-empty string, not ''.",
+        ),
+        ({"task": 5}, "OUTBOX['SCHEDULES']['nightly']['task'] must be a non-empty string, not 5."),
     ],
 )
 def test_a_bad_schedule_is_a_system_check_error(spec, message):
     base = {"task": "tests.tasks.noop", "cron": "0 3 * * *"}
     errors = schedule_errors({"nightly": base | spec})
     assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_each_missing_or_unknown_key_is_its_own_error():
+    errors = schedule_errors({"nightly": {"crom": "0 3 * * *", "tsk": "tests.tasks.noop"}})
+    assert errors == [
+        "OUTBOX['SCHEDULES']['nightly']['crom'] is not a known key (known: task, cron, "
+        "timezone, args, kwargs, missed).",
+        "OUTBOX['SCHEDULES']['nightly']['tsk'] is not a known key (known: task, cron, "
+        "timezone, args, kwargs, missed).",
+        "OUTBOX['SCHEDULES']['nightly']['task'] is missing.",
+        "OUTBOX['SCHEDULES']['nightly']['cron'] is missing.",
+    ]
+    assert schedule_errors({"": {"task": "tests.tasks.noop", "cron": "0 3 * * *"}}) == [
+        "OUTBOX['SCHEDULES']['']: a schedule's name must be a string of 1 to 100 characters."
+    ]
 
 
 def test_good_schedules_pass_the_check():
