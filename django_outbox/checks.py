@@ -32,8 +32,8 @@ def _sqlite_hint(alias: str, key: str, value: str) -> str:
     """What to add, with the whole block to copy (django_outbox's getting-started guide,
     section "SQLite", says why)."""
     return (
-        f'Add "{key}": {value} to DATABASES[{alias!r}]["OPTIONS"]; all three options a '
-        f"worker needs: {SQLITE_OPTIONS}."
+        f'Add "{key}": {value} to DATABASES[{alias!r}]'
+        f"['OPTIONS']; all three options a worker needs: {SQLITE_OPTIONS}."
     )
 
 

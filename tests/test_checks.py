@@ -153,6 +153,7 @@ def test_sqlite_without_the_recommended_options_is_warned_about(missing, check_i
     # What to add, and the whole block to copy; no path to a file a pip install lacks.
     assert hint.startswith(f'Add "{missing}": ') and "docs/" not in hint
     assert '"transaction_mode": "IMMEDIATE", "timeout": 20' in hint
+    assert " to DATABASES['default']['OPTIONS']; all three options a worker needs: " in hint
 
 
 def test_each_sqlite_warning_has_its_own_hint():
