@@ -141,7 +141,7 @@ def test_retry_now_requeues_failed_jobs_and_reports_what_it_left(admin_client):
     assert len(failed.errors) == 1  # its history is kept
     assert Job.objects.get(pk=running.pk).status == JobStatus.RUNNING
     assert messages_of(response) == [
-        "Jobs queued to run now: 1. 1 left as they were (the action does not apply to them)."
+        "Jobs queued to run now: 1. 1 left as it was (the action does not apply to it)."
     ]
 
 
@@ -161,8 +161,21 @@ def test_cancel_cancels_queued_jobs_and_asks_running_ones_to_stop(admin_client):
     assert running.status == JobStatus.RUNNING and running.cancel_requested_at is not None
     assert Job.objects.get(pk=done.pk).status == JobStatus.SUCCEEDED
     assert messages_of(response) == [
-        "Jobs cancelled: 1. Running jobs asked to stop: 1. 1 finished jobs left as they were."
+        "Jobs cancelled: 1. Running jobs asked to stop: 1. 1 left as it was (finished, or "
+        "already asked to stop)."
     ]
+    # The running job was asked already: left as it was, with the finished one.
+    response = act(admin_client, "job", "cancel", [running.pk, done.pk])
+    assert messages_with_levels(response) == [
+        ("warning", "Jobs cancelled: 0. 2 left as they were (finished, or already asked to stop).")
+    ]
+
+
+def test_action_counts_have_thousands_separators(admin_client):
+    Job.objects.bulk_create(Job(task_path="tests.tasks.noop") for _ in range(1234))
+    # Every job of the list, as "Select all 1,234" does (posting 1,234 ids is too many fields).
+    response = act(admin_client, "job", "cancel", [Job.objects.first().pk], select_across="1")
+    assert messages_of(response) == ["Jobs cancelled: 1,234."]
 
 
 def test_delete_asks_then_deletes(admin_client):
@@ -223,7 +236,8 @@ def test_the_dashboard_counts_match_the_database(admin_client):
     assert "2 min" in row  # the oldest due job has waited two minutes
     assert 'data-total="2"' in page  # one succeeded and one failed this hour, in the chart
     assert "ZeroDivisionError: division by zero" in page  # among the latest failures
-    assert "web-1" in page and "web-2" in page and "dead (no heartbeat)" in page
+    assert "web-1" in page and "web-2" in page and "silent (no heartbeat)" in page
+    assert "From the latest 2 jobs finished in the last hour." in page
     partial = admin_client.get("/admin/django_outbox/dashboard/?partial=1").content.decode()
     assert 'data-queue="default"' in partial and "<html" not in partial
 
@@ -242,10 +256,44 @@ def test_the_dashboard_shows_each_endpoints_health(admin_client, receiver, webho
     page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
     rows = page.split('id="outbox-endpoints"')[1].split("</tr>")
     down = next(row for row in rows if shaky.url in row)
-    assert '"num">2<' in down and "50 %" in down  # two attempts, one succeeded
+    assert '"num">2<' in down and '"num">50%<' in down  # two attempts, one succeeded
     assert "disabled: moved to a new URL" in down
     ok = next(row for row in rows if healthy.url in row)
-    assert '"num">1<' in ok and "100 %" in ok
+    assert '"num">1<' in ok and '"num">100%<' in ok
+
+
+def test_the_dashboard_writes_counts_with_separators_and_never_rounds_up_to_100(admin_client):
+    from django_outbox.models import EndpointHour
+
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/busy")
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    EndpointHour.objects.create(endpoint=endpoint, hour=hour, attempts=12345, succeeded=12344)
+    Job.objects.bulk_create(Job(task_path="tests.tasks.noop") for _ in range(1200))
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    rows = page.split('id="outbox-endpoints"')[1].split("</tr>")
+    row = next(row for row in rows if endpoint.url in row)
+    assert '"num">12,345<' in row and '"num">99.9%<' in row  # 99.99%, floored
+    assert 'queued">1,200<' in page.split('data-queue="default"')[1].split("</tr>")[0]
+    assert "From the latest 0 jobs finished in the last hour." in page
+    failed_job()
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    assert "From the latest 1 job finished in the last hour." in page
+
+
+@pytest.mark.parametrize(
+    ("succeeded", "attempts", "shown"),
+    [
+        (999, 1000, "99.9%"),
+        (1000, 1000, "100%"),
+        (1, 3, "33.3%"),
+        (0, 5, "0%"),
+        (0, 0, "\N{EN DASH}"),
+    ],
+)
+def test_the_dashboards_success_rate_is_floored_to_a_tenth(succeeded, attempts, shown):
+    from django_outbox.admin.dashboard import success_rate
+
+    assert success_rate(succeeded, attempts) == shown
 
 
 @pytest.mark.django_db(transaction=True)

@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 
 from django_outbox.admin import display, overview
 from django_outbox.models import Dashboard
+from django_outbox.text import count, number
 
 CHART_WIDTH, CHART_HEIGHT, BAR = 600, 120, 10
 
@@ -32,7 +33,7 @@ def chart(minutes: list[overview.Minute]) -> SafeString:
     for index, minute in enumerate(minutes):
         x = index * BAR
         ok, bad = minute.succeeded * scale, minute.failed * scale
-        title = f"{minute.at:%H:%M}: {minute.succeeded} succeeded, {minute.failed} failed"
+        title = f"{minute.at:%H:%M}: {minute.succeeded:,} succeeded, {minute.failed:,} failed"
         bars.append((x, CHART_HEIGHT - ok, ok, "#1b7f3b", title))
         bars.append((x, CHART_HEIGHT - ok - bad, bad, "#b42318", title))
     rects = format_html_join(
@@ -55,9 +56,16 @@ def chart(minutes: list[overview.Minute]) -> SafeString:
         CHART_HEIGHT,
         peak,
         sum(m.succeeded + m.failed for m in minutes),
-        peak,
+        number(peak),
         rects,
     )
+
+
+def success_rate(succeeded: int, attempts: int) -> str:
+    """``99.9%``: floored to a tenth, so 999 of 1,000 never reads as 100%; a dash for none."""
+    if not attempts:
+        return "\N{EN DASH}"
+    return f"{number(succeeded * 1000 // attempts / 10)}%"
 
 
 @admin.register(Dashboard)
@@ -100,13 +108,22 @@ class DashboardAdmin(admin.ModelAdmin):
             "data": data,
             "chart": chart(data.minutes),
             "queues": [
-                (line, display.cut(line.queue, 20), display.age(line.oldest_due, data.now))
+                (
+                    line,
+                    display.cut(line.queue, 20),
+                    display.age(line.oldest_due, data.now),
+                    {
+                        name: number(getattr(line, name))
+                        for name in ("queued", "scheduled", "running", "failed_24h")
+                    },
+                )
                 for line in data.queues
             ],
             "times": {
                 name: display.duration(getattr(data.times, name))
                 for name in ("wait_p50", "wait_p95", "run_p50", "run_p95")
             },
+            "times_from": count(data.times.jobs, "job"),
             "workers": [
                 (
                     w,
@@ -123,6 +140,11 @@ class DashboardAdmin(admin.ModelAdmin):
                     display.cut(h.endpoint.url),
                     display.cut(h.endpoint.tenant, 10),
                     display.cut(f"disabled: {h.endpoint.disabled_reason}", 16),
+                    {
+                        "attempts": number(h.attempts_24h),
+                        "success_rate": success_rate(h.succeeded_24h, h.attempts_24h),
+                        "failures": number(h.endpoint.consecutive_failures),
+                    },
                 )
                 for h in data.endpoints
             ],

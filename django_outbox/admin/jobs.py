@@ -51,9 +51,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 def report(admin_: admin.ModelAdmin, request: HttpRequest, what: str, changed: Any) -> None:
     """One message per action: how many rows it changed, and how many it left alone."""
-    text = f"{what}: {changed.done}."
+    text = f"{what}: {changed.done:,}."
     if changed.skipped:
-        text += f" {changed.skipped} left as they were (the action does not apply to them)."
+        they, them = ("it was", "it") if changed.skipped == 1 else ("they were", "them")
+        text += f" {changed.skipped:,} left as {they} (the action does not apply to {them})."
     level = messages.SUCCESS if changed.done else messages.WARNING
     admin_.message_user(request, text, level)
 
@@ -278,11 +279,12 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.action(description="Cancel (running jobs are asked to stop)", permissions=["act"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         outcome = operations.cancel(queryset)
-        text = f"Jobs cancelled: {outcome.cancelled}."
+        text = f"Jobs cancelled: {outcome.cancelled:,}."
         if outcome.requested:
-            text += f" Running jobs asked to stop: {outcome.requested}."
+            text += f" Running jobs asked to stop: {outcome.requested:,}."
         if outcome.skipped:
-            text += f" {outcome.skipped} finished jobs left as they were."
+            they = "it was" if outcome.skipped == 1 else "they were"
+            text += f" {outcome.skipped:,} left as {they} (finished, or already asked to stop)."
         done = outcome.cancelled or outcome.requested
         self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
 
