@@ -123,7 +123,7 @@ class DashboardAdmin(admin.ModelAdmin):
                 name: display.duration(getattr(data.times, name))
                 for name in ("wait_p50", "wait_p95", "run_p50", "run_p95")
             },
-            "times_from": count(data.times.jobs, "job"),
+            "times_from": count(data.times.jobs if data.times else 0, "job"),
             "workers": [
                 (
                     w,
