@@ -104,7 +104,7 @@ ENQUEUES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("100,000 levels of nesting", lambda: tasks.echo.enqueue(_deep(100_000)),
      InvalidTaskArguments, r"nested too deeply, or contain themselves"),
     ("10 MB of arguments", lambda: tasks.echo.enqueue(MB10), InvalidTaskArguments,
-     r"are 10,485,770 bytes as JSON, over OUTBOX\['MAX_ARGUMENTS_BYTES'\] \(1,048,576\)"),
+     r"are 10,485,770 bytes as JSON, over OUTBOX\['MAX_ARGUMENTS_BYTES'\] \(1,048,576 bytes\)"),
     ("an unknown queue", lambda: tasks.echo.using(queue_name="nope").enqueue(), InvalidTask,
      r"Queue 'nope' is not one of TASKS\['default'\]\['QUEUES'\]: default, .*webhooks\. Add it "
      r"there, or use one of those\."),
@@ -183,7 +183,7 @@ def test_tuples_are_accepted_and_arrive_as_lists(run_worker):
 
 def test_the_argument_limit_is_a_setting(unchanged):
     with override_settings(OUTBOX={"MAX_ARGUMENTS_BYTES": 100}):
-        with pytest.raises(InvalidTaskArguments, match=r"over .* \(100\)"):
+        with pytest.raises(InvalidTaskArguments, match=r"over .* \(100 bytes\)"):
             tasks.echo.enqueue("y" * 100)
         tasks.echo.enqueue("fits")
     assert Job.objects.filter(args=["fits"]).count() == 1

@@ -613,3 +613,17 @@ def test_each_worker_thread_sends_through_its_own_connections():
     assert len({id(first) for first, _ in seen}) == 3  # one per thread
     assert all(isinstance(p._network_backend, GuardedBackend) for p, _ in seen)
     assert len({id(p._ssl_context) for p, _ in seen}) == 1
+
+
+def test_a_delivery_to_an_endpoint_disabled_since_it_was_sent_says_why(webhook_worker):
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhooks.api.disable(endpoint, "in the admin by alice")
+    webhook_worker()
+    (delivery,) = settled(message)
+    (attempt,) = attempts_of(delivery)
+    assert delivery.status == DeliveryStatus.FAILED
+    assert attempt.error_message == (
+        "The endpoint is disabled (in the admin by alice): nothing is sent to it until it is "
+        "enabled again."
+    )

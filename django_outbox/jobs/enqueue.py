@@ -50,7 +50,7 @@ def json_arguments(
     if size > limit:
         raise InvalidTaskArguments(
             f"Arguments to task {task.module_path!r} are {size:,} bytes as JSON, over "
-            f"OUTBOX['MAX_ARGUMENTS_BYTES'] ({limit:,}). Store large data elsewhere (a "
+            f"OUTBOX['MAX_ARGUMENTS_BYTES'] ({limit:,} bytes). Store large data elsewhere (a "
             "model, a file) and pass its key."
         )
     if _has_non_string_key(normal_kwargs) or _has_non_string_key(normal_args):

@@ -207,7 +207,10 @@ def _attempt(delivery: Delivery) -> http.Response:
     if not endpoint.active:
         refused = http.Response(started_at=timezone.now(), final=True)
         refused.error_class = EndpointDisabled.__name__
-        refused.error_message = f"{EndpointDisabled.__doc__} ({endpoint.disabled_reason})"
+        reason = endpoint.disabled_reason or "by hand"
+        refused.error_message = (
+            f"The endpoint is disabled ({reason}): nothing is sent to it until it is enabled again."
+        )
         return refused
     options = conf.get().WEBHOOKS
     now = timezone.now()
