@@ -61,13 +61,18 @@ class Receiver:
                     self.send_header("content-length", str(len(answer.body)))
                     self.end_headers()
                     size = max(1, len(answer.body) // answer.pieces)
-                    for start in range(0, len(answer.body), size):
+                    starts = range(0, len(answer.body), size)
+                    for start in starts:
+                        if start == starts[-1]:
+                            # Before the last byte leaves: once it has, the client may
+                            # send its next request before this thread runs again.
+                            record.finished = time.monotonic()
                         self.wfile.write(answer.body[start : start + size])
                         self.wfile.flush()
                         time.sleep(answer.piece_delay)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up: that is what the test is about
-                record.finished = time.monotonic()
+                record.finished = record.finished or time.monotonic()
 
             def log_message(self, *args: object) -> None:
                 pass
