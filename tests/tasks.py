@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +12,8 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from django_outbox.compat import TaskContext, task
-from django_outbox.exceptions import RateLimited
+from django_outbox.exceptions import RateLimited, RetryAt
+from django_outbox.jobs import sidewrites
 from django_outbox.jobs.resultids import parse_result_id
 from tests.models import Execution, Once
 
@@ -217,3 +219,38 @@ def countdown(n: int) -> int:
     if n > 0:
         countdown.enqueue(n - 1)
     return n
+
+
+#: The keys of each batch ``write_executions`` wrote, appended once its transaction is over.
+deferred_batches: list[list[str]] = []
+
+
+def write_executions(items: list[tuple[int, int, str]]) -> Callable[[], None]:
+    """A sidewrites writer: one Execution row per (job id, attempt, key), in one statement."""
+    Execution.objects.bulk_create(
+        Execution(
+            job_id=job_id, attempt=attempt, worker="deferred", key=key, started=timezone.now()
+        )
+        for job_id, attempt, key in items
+    )
+    keys = [key for _, _, key in items]
+    return lambda: deferred_batches.append(keys)
+
+
+@task(takes_context=True, max_attempts=2, backoff_base=0.01, backoff_cap=0.02)
+def records_with_its_outcome(context: TaskContext, key: str, then: str = "return") -> str:
+    """Defers an Execution row to be written with the job's outcome (or writes it itself,
+    outside a worker), then returns, raises RetryAt (``then="retry"``) or fails
+    (``then="fail"``). ``then="duplicate"`` defers a row the database refuses (an Execution
+    row for this run exists already)."""
+    job_id = parse_result_id(context.task_result.id).pk
+    item = (job_id, context.attempt, key)
+    if then == "duplicate":
+        write_executions([item])
+    if not sidewrites.defer(write_executions, item):
+        write_executions([item])
+    if then == "retry" and context.attempt == 1:
+        raise RetryAt(timezone.now(), "once more")
+    if then == "fail":
+        raise ValueError("failed after recording")
+    return key

@@ -6,21 +6,24 @@ expired and was taken back is not overwritten by a late result.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from django_outbox.jobs import backoff
+from django_outbox.jobs import backoff, sidewrites
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.expressions import remove_last_sql
 from django_outbox.jobs.returning import column
 from django_outbox.jobs.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
 from django_outbox.models import Job, JobStatus
+
+logger = logging.getLogger("django_outbox.worker")
 
 
 @dataclass(slots=True)
@@ -45,6 +48,8 @@ class Outcome:
     new_kwargs: dict[str, Any] | None = None
     #: The TaskResult the run was started with (sent with task_started), if it got one.
     result: Any = None
+    #: What the run handed to ``sidewrites.defer``: written in the outcome's transaction.
+    writes: list[tuple[sidewrites.Writer, Any]] = field(default_factory=list)
 
     @property
     def held(self) -> bool:
@@ -88,12 +93,31 @@ def next_run_at(outcome: Outcome) -> datetime:
 
 
 def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
-    """Store a batch of outcomes; returns how many were stored.
+    """Store a batch of outcomes, and the rows their runs deferred (see sidewrites.py) in
+    the same transaction; returns how many outcomes were stored.
 
     Fewer than given means some jobs had lost their lease (the worker was cut off from
     the database for longer than a lease): another worker took them back, and their
-    late results are dropped rather than overwrite what happened since.
+    late results are dropped rather than overwrite what happened since. Their deferred
+    rows are written all the same: they record what the run did.
     """
+    outcomes = list(outcomes)
+    if not any(o.writes for o in outcomes):
+        return _complete(worker_id, outcomes)
+    with transaction.atomic(using=router.db_for_write(Job)):
+        then = sidewrites.write(outcomes)
+        stored = _complete(worker_id, outcomes)
+    for after in then:
+        try:
+            after()
+        except Exception:
+            # The rows are stored; what follows them (a signal's receiver, say) failing
+            # must not stop the worker nor undo them.
+            logger.exception("after storing %d outcomes: %s failed", len(outcomes), after)
+    return stored
+
+
+def _complete(worker_id: str, outcomes: list[Outcome]) -> int:
     by_status: dict[JobStatus, list[Outcome]] = {status: [] for status in JobStatus}
     held: list[Outcome] = []
     for outcome in outcomes:

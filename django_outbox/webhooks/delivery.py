@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from django_outbox import conf, ratelimits, telemetry, text
 from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RateLimited, RetryAt
+from django_outbox.jobs import sidewrites
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
 from django_outbox.webhooks import api, attempts, http, policy, recording, signing
 from django_outbox.webhooks.batching import Batcher
@@ -62,14 +63,21 @@ retry_loader: Batcher[int, Loaded | None] = Batcher(
     wait=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_WAIT_MS / 1000,
     lull=None,
 )
-#: Finished attempts gather for the whole linger: answers come back spread out, and a lull
-#: ended their batches at two or three records.
+#: Outside a worker, finished attempts gather for the whole linger: answers come back
+#: spread out, and a lull ended their batches at two or three records.
 recorder: Batcher[recording.Record, None] = Batcher(
     recording.write,
     size=lambda: 100,
     wait=lambda: recording.LINGER_SECONDS,
     lull=None,
 )
+
+
+def _record(record: recording.Record) -> None:
+    """Log the attempt with the delivery job's outcome, in its transaction (a worker runs
+    the job); else now, with the attempts finishing about now."""
+    if not sidewrites.defer(recording.store, record):
+        recorder.submit(record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +111,7 @@ def run(
         return f"delivery {delivery_id} is {delivery.status} already: nothing to send"
     if latest is not None and latest.succeeded:
         # Sent and logged, but its worker stopped before the job was marked done.
-        recorder.submit(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
+        _record(recording.Record(delivery, None, None, Decision(Verdict.SUCCEEDED)))
         return f"attempt {latest.number} had succeeded already: not sent again"
     number = (latest.number if latest else 0) + 1
     if earlier is not None:
@@ -123,7 +131,7 @@ def run(
     next_at = None
     if decision.delay is not None:
         next_at = timezone.now() + timedelta(seconds=decision.delay)
-    recorder.submit(recording.Record(delivery, number, response, decision, next_at))
+    _record(recording.Record(delivery, number, response, decision, next_at))
     return _conclude(delivery, number, response, decision, next_at)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -82,23 +82,36 @@ def _attempt_row(r: Record) -> tuple[Any, ...]:
 
 
 def write(records: list[Record]) -> list[None]:
+    """Write the records in a transaction of their own, then what follows them."""
+    with transaction.atomic(using=router.db_for_write(Attempt)):
+        then = store(records)
+    then()
+    return [None] * len(records)
+
+
+def store(records: list[Record]) -> Callable[[], None]:
+    """Write the records in the transaction open now (a worker's, which also stores the
+    delivery jobs' outcomes: see jobs/sidewrites.py); returns what must follow once it
+    commits: the endpoints' health and the signals."""
     now = timezone.now()
     sent = [r for r in records if r.number is not None and r.response is not None]
-    with transaction.atomic(using=router.db_for_write(Attempt)):
-        ids = insert_rows(Attempt, _ATTEMPT_FIELDS, [_attempt_row(r) for r in sent])
-        _update_deliveries(records)
-        tally(records)
-    # The endpoints' health is advice: written after the attempts, one autocommit statement
-    # at a time (no transaction holding several endpoints' locks, so concurrent batches
-    # cannot deadlock), and a failure here is logged, never a reason to send again.
-    try:
-        disabled = _update_endpoints(records, now)
-    except DatabaseError as exc:
-        logger.warning("webhooks: could not update the endpoints' failure counts (%s)", exc)
-        disabled = []
+    ids = insert_rows(Attempt, _ATTEMPT_FIELDS, [_attempt_row(r) for r in sent])
+    _update_deliveries(records)
+    tally(records)
 
-    _send_signals(records, dict(zip([id(r) for r in sent], ids, strict=True)), disabled)
-    return [None] * len(records)
+    def then() -> None:
+        # The endpoints' health is advice: written after the attempts, one autocommit
+        # statement at a time (no transaction holding several endpoints' locks, so
+        # concurrent batches cannot deadlock), and a failure here is logged, never a
+        # reason to send again.
+        try:
+            disabled = _update_endpoints(records, now)
+        except DatabaseError as exc:
+            logger.warning("webhooks: could not update the endpoints' failure counts (%s)", exc)
+            disabled = []
+        _send_signals(records, dict(zip([id(r) for r in sent], ids, strict=True)), disabled)
+
+    return then
 
 
 def _update_deliveries(records: Sequence[Record]) -> None:

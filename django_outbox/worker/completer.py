@@ -97,7 +97,12 @@ class Completer:
             if held is None:
                 self._put_back(batch)
                 return
-            self._drop_lost([o for o in batch if o.job.id not in held], len(batch))
+            lost = [o for o in batch if o.job.id not in held]
+            self._drop_lost(lost, len(batch))
+            if any(o.writes for o in lost):
+                # What those runs did is still recorded; their jobs, no longer this
+                # worker's, are left alone (complete() touches only jobs it holds).
+                self.db.run(lambda: complete.complete(self.worker_id, lost))
             batch = [o for o in batch if o.job.id in held]
         try:
             stored = self.db.run(lambda: complete.complete(self.worker_id, batch), True)
@@ -147,13 +152,17 @@ class Completer:
             return self.db.run(write, refused_raises=True)
         except DatabaseErrors as exc:
             first_line = (str(exc).strip().splitlines() or [""])[0]
+            what = (
+                "this run's result and what it recorded" if outcome.writes else "this run's result"
+            )
             try:
                 raise ResultNotStored(
-                    f"the database refused this run's result: {type(exc).__name__}: {first_line}"
+                    f"the database refused {what}: {type(exc).__name__}: {first_line}"
                 ) from exc
             except ResultNotStored as refused:
                 outcome.succeeded, outcome.return_value = False, None
                 outcome.held_until = outcome.new_kwargs = None  # fail it, do not hold it
+                outcome.writes = []  # what the run deferred may be what was refused
                 outcome.error = error_record(refused)
             logger.error(
                 "worker %s: job %s (%s): the database refused its result (%s: %s); the run "

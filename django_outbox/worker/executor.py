@@ -25,6 +25,7 @@ from django_outbox.compat import (
     task_started,
 )
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
+from django_outbox.jobs import sidewrites
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
@@ -126,27 +127,29 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
     result = None
     measuring = telemetry.measuring()
     began = time.perf_counter() if measuring else 0.0
-    try:
-        task = cached_task(job.task_path)
-        if task.takes_context or heard(task_started):
-            result = claimed_job_result(task, job)
-            task_started.send(backend_class(task), task_result=result)
-        with telemetry.run_span(
-            job.task_path,
-            job.queue,
-            result.id if result is not None else result_id(job.id, job.token),
-            job.attempts,
-            job.trace_context,
-        ):
-            outcome = _run(task, job, flag, result)
-            telemetry.run_failed(outcome.error)
-    except BaseException as exc:
-        outcome = _raised(job, flag, exc)
-    finally:
-        cancellation.forget(job.id, flag)
-        if tidy:
-            tidy_connections()
+    with sidewrites.collecting() as writes:
+        try:
+            task = cached_task(job.task_path)
+            if task.takes_context or heard(task_started):
+                result = claimed_job_result(task, job)
+                task_started.send(backend_class(task), task_result=result)
+            with telemetry.run_span(
+                job.task_path,
+                job.queue,
+                result.id if result is not None else result_id(job.id, job.token),
+                job.attempts,
+                job.trace_context,
+            ):
+                outcome = _run(task, job, flag, result)
+                telemetry.run_failed(outcome.error)
+        except BaseException as exc:
+            outcome = _raised(job, flag, exc)
+        finally:
+            cancellation.forget(job.id, flag)
+            if tidy:
+                tidy_connections()
     outcome.result = result
+    outcome.writes = writes
     if measuring:
         _measure(job, began)
     return outcome
