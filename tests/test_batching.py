@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from django_outbox.webhooks.batching import Batcher
+from django_outbox.webhooks.batching import Batcher, ReadAhead
 
 
 def run_together(batcher: Batcher, keys: list[int]) -> list:
@@ -66,3 +66,82 @@ def test_a_failed_run_fails_every_caller_in_the_batch():
     assert batcher.batches >= 1
     with pytest.raises(RuntimeError):
         batcher.submit(4)
+
+
+def reader(fresh: float = 1.0, fail_on: int | None = None) -> tuple[ReadAhead, list[list[int]]]:
+    loads: list[list[int]] = []
+
+    def load(keys: list[int]) -> list[int]:
+        loads.append(list(keys))
+        if fail_on in keys:
+            raise ValueError(f"cannot load {fail_on}")
+        return [k * 10 for k in keys]
+
+    return ReadAhead(load, size=lambda: 4, fresh=fresh), loads
+
+
+def test_a_read_ahead_loads_the_keys_ahead_with_its_own_and_they_cost_nothing_after():
+    ahead, loads = reader()
+    assert ahead.get(1, [2, 3, 4, 5, 6]) == 10
+    assert loads == [[1, 2, 3, 4]]  # at most its size
+    assert [ahead.get(k, [5, 6]) for k in (2, 3, 4)] == [20, 30, 40]
+    assert loads == [[1, 2, 3, 4]]
+    assert ahead.get(5, [6]) == 50
+    assert loads[-1] == [5, 6]
+
+
+def test_a_lone_read_loads_at_once_without_waiting_for_company():
+    ahead, loads = reader()
+    began = time.monotonic()
+    assert ahead.get(7) == 70
+    assert time.monotonic() - began < 0.05  # nothing to wait for: it does not try
+    assert loads == [[7]]
+
+
+def test_a_key_being_loaded_waits_for_that_load_and_is_not_loaded_twice():
+    started, release = threading.Event(), threading.Event()
+    loads: list[list[int]] = []
+
+    def slow(keys: list[int]) -> list[int]:
+        loads.append(list(keys))
+        started.set()
+        release.wait(5)
+        return [k * 10 for k in keys]
+
+    ahead = ReadAhead(slow, size=lambda: 10)
+    results: dict[int, int] = {}
+    first = threading.Thread(target=lambda: results.update({1: ahead.get(1, [2])}))
+    first.start()
+    assert started.wait(5)
+    second = threading.Thread(target=lambda: results.update({2: ahead.get(2)}))
+    second.start()
+    time.sleep(0.05)
+    assert 2 not in results  # waiting for the load that holds it
+    release.set()
+    for thread in (first, second):
+        thread.join(5)
+    assert results == {1: 10, 2: 20} and loads == [[1, 2]]
+
+
+def test_a_value_read_ahead_too_long_ago_is_loaded_again():
+    ahead, loads = reader(fresh=0.05)
+    ahead.get(1, [2])
+    time.sleep(0.1)
+    assert ahead.get(2) == 20
+    assert loads == [[1, 2], [2]]
+
+
+def test_when_the_leaders_load_fails_the_others_load_their_own():
+    ahead, loads = reader(fail_on=1)
+    with pytest.raises(ValueError, match="cannot load 1"):
+        ahead.get(1, [2, 3])
+    assert ahead.get(2) == 20  # its own load, without the key that failed
+    assert loads == [[1, 2, 3], [2]]
+
+
+def test_values_never_asked_for_are_dropped_as_they_age():
+    ahead, _loads = reader(fresh=0.01)
+    for first in range(0, 40, 4):
+        ahead.get(first, list(range(first + 1, first + 4)))
+        time.sleep(0.02)
+    assert len(ahead._loads) <= 4 * 4 + 3

@@ -489,13 +489,35 @@ def test_a_claimed_batch_shares_its_lookups_and_writes_and_so_do_its_retries(
     deliveries = settled(message)
     assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
     assert Attempt.objects.count() == 2 * count
-    # 32 attempts: the first 16 share a few lookups; the 16 retries, falling due over
-    # 0.2 s, gather for 50 ms each: a few more. Far fewer than one per attempt either way.
+    # 32 attempts: the first 16, started at once, share a few lookups (the first to look
+    # loads for those started with it); the 16 retries, falling due over 0.2 s, gather
+    # for 50 ms each: a few more. Far fewer than one per attempt either way.
     assert loader.batches - lookups <= 4, loader.batches - lookups
     assert retry_loader.batches - retry_lookups <= 6, retry_loader.batches - retry_lookups
     # Every attempt was logged with its job's outcome, by the worker, in shared batches.
     assert recorder.batches == writes
     assert sum(stored) == 2 * count and len(stored) <= count, stored
+
+
+def test_first_attempts_queued_behind_the_threads_are_loaded_ahead_by_those_before_them(
+    receiver, webhook_worker
+):
+    from django_outbox.webhooks.delivery import loader
+
+    count = 60
+    Endpoint.objects.bulk_create(
+        Endpoint(url=receiver.url(f"/many/{i}"), secret=webhooks.api.signing.generate_secret())
+        for i in range(count)
+    )
+    message = webhooks.send("invoice.paid", {"id": 1})
+    lookups = loader.batches
+    webhook_worker(concurrency=4)
+    deliveries = settled(message)
+    assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
+    assert len(receiver.received) == count
+    # Loads of up to LOOKUP_BATCH_SIZE (50) each: 60 deliveries in 2, a few more when a
+    # thread starts before the claim that holds the rest.
+    assert loader.batches - lookups <= 5, loader.batches - lookups
 
 
 def test_one_process_sends_at_most_max_per_endpoint_requests_to_an_endpoint_at_once(

@@ -108,3 +108,98 @@ class Batcher(Generic[Key, Value]):
         with self._lock:
             if self._open is batch:
                 self._open = None
+
+
+@dataclass
+class _Load(Generic[Key]):
+    keys: list[Key]
+    done: threading.Event = field(default_factory=threading.Event)
+    values: dict[Key, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+    #: When the load ended (monotonic; 0: still running).
+    at: float = 0.0
+
+
+class ReadAhead(Generic[Key, Value]):
+    """``get(key, ahead)``: the value of ``key``, loaded in one batch with the ``ahead``
+    keys that the next calls will ask for (the jobs queued behind this one).
+
+    A call whose key an earlier batch loaded, or is loading, takes it from there; any other
+    call loads at once, for itself and those ahead: no call waits for others to arrive.
+    Values loaded longer than ``fresh`` seconds ago are not used (loaded again), and those
+    never asked for (a job that did not start here) are dropped as they age.
+    """
+
+    def __init__(
+        self,
+        load: Callable[[list[Key]], Sequence[Value]],
+        size: Callable[[], int],
+        fresh: float = 1.0,
+    ) -> None:
+        self._load = load
+        self._size = size
+        self._fresh = fresh
+        self._lock = threading.Lock()
+        self._loads: dict[Key, _Load[Key]] = {}
+        #: Loads run so far (tests read it).
+        self.batches = 0
+
+    def get(self, key: Key, ahead: Sequence[Key] = ()) -> Value:
+        now = time.monotonic()
+        with self._lock:
+            load = self._loads.pop(key, None)
+            if load is not None and self._stale(load, now):
+                load = None
+            leader = load is None
+            if load is None:
+                load = self._start(key, ahead, now)
+        if leader:
+            self._run(load)
+        else:
+            load.done.wait()
+            if load.error is not None:  # the leader's problem, maybe not this key's
+                return self._alone(key)
+        if load.error is not None:
+            raise load.error
+        value: Value = load.values[key]
+        return value
+
+    def _start(self, key: Key, ahead: Sequence[Key], now: float) -> _Load[Key]:
+        if len(self._loads) > 4 * max(1, self._size()):
+            stale = [
+                k for k, load in self._loads.items() if load.at and now - load.at > self._fresh
+            ]
+            for k in stale:
+                del self._loads[k]
+        keys = [key]
+        size = self._size()
+        for k in ahead:
+            if len(keys) >= size:
+                break
+            if k != key and k not in self._loads:
+                keys.append(k)
+        load = _Load(list(dict.fromkeys(keys)))
+        for k in load.keys[1:]:
+            self._loads[k] = load
+        return load
+
+    def _stale(self, load: _Load[Key], now: float) -> bool:
+        return bool(load.at) and now - load.at > self._fresh
+
+    def _run(self, load: _Load[Key]) -> None:
+        try:
+            load.values = dict(zip(load.keys, self._load(load.keys), strict=True))
+        except BaseException as exc:
+            load.error = exc
+        finally:
+            self.batches += 1
+            load.at = time.monotonic()
+            load.done.set()
+
+    def _alone(self, key: Key) -> Value:
+        load = _Load([key])
+        self._run(load)
+        if load.error is not None:
+            raise load.error
+        value: Value = load.values[key]
+        return value

@@ -14,10 +14,12 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
+from itertools import islice
 
 from django.db import connections
 
 from django_outbox import text
+from django_outbox.jobs import readahead
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.worker.executor import execute
@@ -96,8 +98,21 @@ class Pool:
             self._waiting.extend(jobs)
             self._work.notify(len(jobs))
 
+    def behind(self, job_id: int, began: float, limit: int) -> list[ClaimedJob]:
+        """Up to ``limit`` jobs behind the one ``job_id`` that started at ``began``: those
+        other threads started since, then those no thread has taken yet, in order."""
+        with self._lock:
+            since = [
+                self._pending[other]
+                for other, (start, _thread) in self._started.items()
+                if start >= began and other != job_id and other in self._pending
+            ]
+            return (since + list(islice(self._waiting, limit)))[:limit]
+
     def _serve(self) -> None:
         """One thread: take the next waiting job and run it, until the pool closes."""
+        running = (0, 0.0)  # this thread's job, and when it started
+        readahead.serve(lambda limit: self.behind(*running, limit))
         try:
             while True:
                 with self._lock:
@@ -107,6 +122,7 @@ class Pool:
                         return
                     job = self._waiting.popleft()
                     began = time.monotonic()
+                    running = (job.id, began)
                     self._started[job.id] = (began, threading.get_ident())
                 self._run(job, began)
         finally:
