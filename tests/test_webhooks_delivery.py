@@ -515,9 +515,10 @@ def test_first_attempts_queued_behind_the_threads_are_loaded_ahead_by_those_befo
     deliveries = settled(message)
     assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
     assert len(receiver.received) == count
-    # Loads of up to LOOKUP_BATCH_SIZE (50) each: 60 deliveries in 2, a few more when a
-    # thread starts before the claim that holds the rest.
-    assert loader.batches - lookups <= 5, loader.batches - lookups
+    # A load takes the jobs behind it that the worker holds (up to LOOKUP_BATCH_SIZE, 50):
+    # about one per claim, as the worker's first claims are small. Gathering the threads'
+    # own lookups could do no better than 4 at a time, 15 loads.
+    assert loader.batches - lookups <= 12, loader.batches - lookups
 
 
 def test_one_process_sends_at_most_max_per_endpoint_requests_to_an_endpoint_at_once(

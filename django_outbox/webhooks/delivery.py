@@ -1,11 +1,11 @@
-"""Running one delivery on a worker thread, batched with the others running at once.
+"""Running one delivery on a worker thread, sharing its queries with the others.
 
-    load (one query for the batch) → latest attempts (one query for the batch)
-    → the HTTP request (concurrent, bounded per endpoint) → record (one bulk insert of
-    attempts and one update of deliveries for the batch) → the job's outcome
+    load (a first attempt: read ahead for the jobs behind it; a retry: gathered with the
+    retries running about now, with their latest attempts) → the HTTP request (bounded
+    per endpoint) → the attempt, handed to the worker to write with the job's outcome
 
-The job engine then writes the jobs' outcomes in its own batches: a retry is a RetryAt
-(the schedule's time), the end a PermanentFailure.
+The job engine then writes the jobs' outcomes and their attempts in its own batches: a
+retry is a RetryAt (the schedule's time), the end a PermanentFailure.
 """
 
 from __future__ import annotations
