@@ -154,6 +154,27 @@ def test_after_running_dry_the_producer_claims_again_on_a_signal_not_before():
         producer.pool.shutdown()
 
 
+def test_the_producer_claims_again_while_jobs_still_wait_for_its_threads():
+    """Not once its threads have run out of work, which left them idle for a claim's time:
+    at half a batch beyond the threads, it claims the batch full again."""
+    producer = producer_for(["slow"], concurrency=2, batch_size=8)
+    pool = producer.pool
+    try:
+        for n in range(16):
+            tasks.record_run.enqueue(f"r{n}", seconds=0.1)
+        assert producer.refill() == 8
+        assert producer.low_water == 2 + (8 - 2) // 2
+        while pool.in_flight > producer.low_water:
+            assert producer.refill() == 0  # enough in hand
+            pool.inbox.wait(5)
+            pool.accept(pool.inbox.take_outcomes())
+        waiting = pool.in_flight - pool.running
+        claimed = producer.refill()
+        assert waiting > 0 and claimed >= 8 - producer.low_water
+    finally:
+        stop_pool(pool)
+
+
 def test_a_signal_that_comes_while_the_producer_has_no_room_leads_to_a_claim_later():
     producer = producer_for(["emails"], concurrency=1, batch_size=1)
     pool = producer.pool

@@ -69,6 +69,11 @@ class Completer:
         if self.limited_queues and any(o.job.queue in self.limited_queues for o in outcomes):
             self._urgent = True
 
+    @property
+    def urgent(self) -> bool:
+        """A gathered outcome frees a slot of a limited queue: it is written at once."""
+        return self._urgent
+
     def due_at(self) -> float:
         """When the gathered outcomes must be written (monotonic; inf: nothing gathered)."""
         if not self.unflushed:

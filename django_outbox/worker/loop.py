@@ -243,6 +243,9 @@ class Worker:
             self._take_news()
             was_idle = not self._holding()
             claimed = producer.refill()
+            # Claimed first, then written: the threads have their next jobs while the
+            # outcomes go to the database.
+            self._flush_if_due()
             if claimed and was_idle:
                 self.maintenance.busy_now()
             if self._listener is not None:
@@ -260,6 +263,10 @@ class Worker:
         self.producer.wake(self.inbox.take_wake())
         ready = self.pool.accept(self.inbox.take_outcomes()) + self._time_out_overdue()
         self.completer.add(ready)
+        if self.completer.urgent:  # a limited queue's slot: free it before the claim
+            self._flush_if_due()
+
+    def _flush_if_due(self) -> None:
         self.completer.flush_if_due(
             enough=max(1, self.producer.claim_size // 2),
             running=self.pool.in_flight,
@@ -365,9 +372,11 @@ class Worker:
             self.maintenance.run_due()
             completer.release_pending()
             self._take_news()
+            self._flush_if_due()
             if self.pool.in_flight or completer.unflushed or completer.to_release:
                 self.inbox.wait(min(TICK_SECONDS, max(0.0, deadline - time.monotonic())))
         self._take_news()
+        self._flush_if_due()
         if completer.unflushed or completer.to_release:
             undone = [
                 f"write {text.count(len(completer.unflushed), 'result')}"

@@ -111,12 +111,21 @@ class Producer:
 
     @property
     def room(self) -> int:
-        """How many jobs the next claim may take: the batch less the jobs in hand, while
-        they are no more than the threads (threads stuck in timed-out jobs count as busy)."""
+        """How many jobs the next claim may take: the batch less the jobs in hand, once
+        those have fallen to the low-water mark (threads stuck in timed-out jobs count as
+        busy)."""
         in_flight = self.pool.in_flight + self.pool.stuck
-        if self.pool.stuck >= self.concurrency or in_flight > self.concurrency:
+        if self.pool.stuck >= self.concurrency or in_flight > self.low_water:
             return 0
         return max(0, self.claim_size - in_flight)
+
+    @property
+    def low_water(self) -> int:
+        """Jobs in hand at which the next claim is due: the threads' jobs and half of those
+        claimed beyond them. The rest keep the threads busy while the claim runs (waiting
+        until only the threads' jobs were left had them idle a claim's time, each time);
+        the claim still takes at least half a batch."""
+        return self.concurrency + max(0, self.claim_size - self.concurrency) // 2
 
     @property
     def idle_threads(self) -> int:
