@@ -82,11 +82,11 @@ def reader(fresh: float = 1.0, fail_on: int | None = None) -> tuple[ReadAhead, l
 
 def test_a_read_ahead_loads_the_keys_ahead_with_its_own_and_they_cost_nothing_after():
     ahead, loads = reader()
-    assert ahead.get(1, [2, 3, 4, 5, 6]) == 10
+    assert ahead.get(1, lambda: [2, 3, 4, 5, 6]) == 10
     assert loads == [[1, 2, 3, 4]]  # at most its size
-    assert [ahead.get(k, [5, 6]) for k in (2, 3, 4)] == [20, 30, 40]
+    assert [ahead.get(k, lambda: [5, 6]) for k in (2, 3, 4)] == [20, 30, 40]
     assert loads == [[1, 2, 3, 4]]
-    assert ahead.get(5, [6]) == 50
+    assert ahead.get(5, lambda: [6]) == 50
     assert loads[-1] == [5, 6]
 
 
@@ -110,7 +110,7 @@ def test_a_key_being_loaded_waits_for_that_load_and_is_not_loaded_twice():
 
     ahead = ReadAhead(slow, size=lambda: 10)
     results: dict[int, int] = {}
-    first = threading.Thread(target=lambda: results.update({1: ahead.get(1, [2])}))
+    first = threading.Thread(target=lambda: results.update({1: ahead.get(1, lambda: [2])}))
     first.start()
     assert started.wait(5)
     second = threading.Thread(target=lambda: results.update({2: ahead.get(2)}))
@@ -125,7 +125,7 @@ def test_a_key_being_loaded_waits_for_that_load_and_is_not_loaded_twice():
 
 def test_a_value_read_ahead_too_long_ago_is_loaded_again():
     ahead, loads = reader(fresh=0.05)
-    ahead.get(1, [2])
+    ahead.get(1, lambda: [2])
     time.sleep(0.1)
     assert ahead.get(2) == 20
     assert loads == [[1, 2], [2]]
@@ -134,7 +134,7 @@ def test_a_value_read_ahead_too_long_ago_is_loaded_again():
 def test_when_the_leaders_load_fails_the_others_load_their_own():
     ahead, loads = reader(fail_on=1)
     with pytest.raises(ValueError, match="cannot load 1"):
-        ahead.get(1, [2, 3])
+        ahead.get(1, lambda: [2, 3])
     assert ahead.get(2) == 20  # its own load, without the key that failed
     assert loads == [[1, 2, 3], [2]]
 
@@ -142,6 +142,19 @@ def test_when_the_leaders_load_fails_the_others_load_their_own():
 def test_values_never_asked_for_are_dropped_as_they_age():
     ahead, _loads = reader(fresh=0.01)
     for first in range(0, 40, 4):
-        ahead.get(first, list(range(first + 1, first + 4)))
+        ahead.get(first, lambda first=first: list(range(first + 1, first + 4)))
         time.sleep(0.02)
     assert len(ahead._loads) <= 4 * 4 + 3
+
+
+def test_what_is_ahead_is_asked_only_when_a_load_is_needed():
+    ahead, _loads = reader()
+    asked: list[int] = []
+
+    def upcoming(key: int) -> list[int]:
+        asked.append(key)
+        return [key + 1]
+
+    ahead.get(1, lambda: upcoming(1))
+    ahead.get(2, lambda: upcoming(2))  # loaded with 1: nothing to ask
+    assert asked == [1]

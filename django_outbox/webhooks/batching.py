@@ -121,8 +121,8 @@ class _Load(Generic[Key]):
 
 
 class ReadAhead(Generic[Key, Value]):
-    """``get(key, ahead)``: the value of ``key``, loaded in one batch with the ``ahead``
-    keys that the next calls will ask for (the jobs queued behind this one).
+    """``get(key, ahead)``: the value of ``key``, loaded in one batch with the keys
+    ``ahead()`` gives, which the next calls will ask for (the jobs queued behind this one).
 
     A call whose key an earlier batch loaded, or is loading, takes it from there; any other
     call loads at once, for itself and those ahead: no call waits for others to arrive.
@@ -144,15 +144,19 @@ class ReadAhead(Generic[Key, Value]):
         #: Loads run so far (tests read it).
         self.batches = 0
 
-    def get(self, key: Key, ahead: Sequence[Key] = ()) -> Value:
+    def get(self, key: Key, ahead: Callable[[], Sequence[Key]] = tuple) -> Value:
+        """``ahead()`` is asked only when ``key`` must be loaded."""
         now = time.monotonic()
         with self._lock:
-            load = self._loads.pop(key, None)
-            if load is not None and self._stale(load, now):
-                load = None
-            leader = load is None
-            if load is None:
-                load = self._start(key, ahead, now)
+            load = self._take(key, now)
+        leader = load is None
+        if load is None:
+            keys = ahead()
+            with self._lock:
+                load = self._take(key, now)  # another load may have taken it up meanwhile
+                leader = load is None
+                if load is None:
+                    load = self._start(key, keys, now)
         if leader:
             self._run(load)
         else:
@@ -163,6 +167,10 @@ class ReadAhead(Generic[Key, Value]):
             raise load.error
         value: Value = load.values[key]
         return value
+
+    def _take(self, key: Key, now: float) -> _Load[Key] | None:
+        load = self._loads.pop(key, None)
+        return None if load is not None and self._stale(load, now) else load
 
     def _start(self, key: Key, ahead: Sequence[Key], now: float) -> _Load[Key]:
         if len(self._loads) > 4 * max(1, self._size()):

@@ -105,7 +105,7 @@ def run(
     if retry:
         loaded = retry_loader.submit(delivery_id)
     else:
-        loaded = loader.get(delivery_id, _first_attempts_ahead())
+        loaded = loader.get(delivery_id, _first_attempts_ahead)
     if loaded is None:
         return f"delivery {delivery_id} no longer exists: nothing to send"
     delivery, latest = loaded.delivery, loaded.latest
