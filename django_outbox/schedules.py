@@ -24,11 +24,10 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf
-from django_outbox.compat import Task, TaskResult, task_enqueued
-from django_outbox.jobs.enqueue import build_job
-from django_outbox.jobs.results import resolve_task, to_task_result
+from django_outbox.compat import Task, TaskResult
+from django_outbox.jobs.enqueue import build_job, insert_jobs
+from django_outbox.jobs.results import resolve_task
 from django_outbox.models import ScheduleState
-from django_outbox.wake.notify import notify_on_commit
 
 MISSED_POLICIES = ("latest", "all", "skip")
 KEYS = ("task", "cron", "timezone", "args", "kwargs", "missed")
@@ -193,11 +192,7 @@ def _enqueue_schedule(schedule: Schedule, now: datetime) -> list[TaskResult]:
         if not moved:
             return []  # another worker took these ticks
         jobs = [_job(task, schedule, tick) for tick in schedule.chosen(ticks, now)]
-        notify_on_commit([(job.queue, job.run_at) for job in jobs], using=using)
-    results = [to_task_result(job, task) for job in jobs]
-    for result in results:
-        task_enqueued.send(type(task.get_backend()), task_result=result)
-    return results
+        return insert_jobs(task, jobs)
 
 
 def _last_tick(name: str, now: datetime, using: str) -> datetime:
@@ -216,5 +211,4 @@ def _last_tick(name: str, now: datetime, using: str) -> datetime:
 def _job(task: Task, schedule: Schedule, tick: datetime) -> Any:
     job = build_job(task.using(run_after=tick), schedule.args, schedule.kwargs)
     job.dedup_key = f"{DEDUP_PREFIX}{schedule.name}:{tick:%Y-%m-%dT%H:%M:%SZ}"
-    job.save(force_insert=True)
     return job

@@ -72,19 +72,22 @@ _ENVIRONMENT = frozenset(os.environ)
 
 
 @contextmanager
-def enqueue_span(task_path: str, queue: str, count: int = 1) -> Iterator[dict[str, str] | None]:
-    """Around an enqueue of ``count`` jobs: yields the trace context to store with them
-    (None when not tracing)."""
+def enqueue_span(
+    task_path: str, queue: str, count: int | None = 1
+) -> Iterator[dict[str, str] | None]:
+    """Around an enqueue of ``count`` jobs (None: not known before the insert): yields the
+    trace context to store with them (None when not tracing)."""
     if not tracing():
         yield None
         return
-    attributes = {
+    attributes: dict[str, str | int] = {
         "messaging.system": "django_outbox",
         "messaging.operation.type": "publish",
         "messaging.destination.name": queue,
         "outbox.task": task_path,
-        "messaging.batch.message_count": count,
     }
+    if count is not None:
+        attributes["messaging.batch.message_count"] = count
     with _tracer().start_as_current_span(
         f"outbox enqueue {task_path}", kind=SpanKind.PRODUCER, attributes=attributes
     ):

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from django_outbox.compat import LOGGER_NAME, task_finished, task_started
-from django_outbox.worker.observers import heard
+from django_outbox.jobs.observers import heard
 from tests import tasks
 
 

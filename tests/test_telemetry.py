@@ -149,3 +149,22 @@ def test_a_webhook_attempt_has_a_client_span_and_is_counted(receiver, webhook_wo
     for outcome in ("http_error", "succeeded"):
         key = (("outcome", outcome),)
         assert after.get(key, 0) - before.get(key, 0) == 1
+
+
+def test_a_webhook_delivery_run_joins_the_trace_of_the_send(receiver, webhook_worker, spans):
+    webhooks.create_endpoint(receiver.url("/traced"))
+    tracer = trace.get_tracer("tests")
+    with tracer.start_as_current_span("the view that sends"):
+        webhooks.send("invoice.paid", {"id": 1})
+    job = Job.objects.get(task_path="django_outbox.webhooks.tasks.deliver")
+    assert job.trace_context and "traceparent" in job.trace_context
+    webhook_worker()
+    from tests.conftest import wait_until
+
+    wait_until(lambda: len(receiver.at("/traced")) == 1, what="the delivery")
+    view = next(s for s in spans.get_finished_spans() if s.name == "the view that sends")
+    run = wait_until(
+        lambda: next((s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER), None),
+        what="the delivery's run span",
+    )
+    assert run.context.trace_id == view.context.trace_id

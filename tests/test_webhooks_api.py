@@ -294,3 +294,53 @@ def test_a_payload_too_large_names_the_limit_in_bytes():
 def test_a_malformed_url_is_a_validation_error(url):
     with pytest.raises(ValidationError):
         webhooks.create_endpoint(url)
+
+
+def test_a_delivery_job_is_enqueued_as_any_job_is_with_its_signal_and_the_defaults():
+    from django_outbox.compat import task_enqueued
+    from django_outbox.jobs.results import to_task_result
+    from django_outbox.webhooks.tasks import deliver
+
+    endpoints(3)
+    heard = []
+
+    def receiver(sender, task_result, **kwargs):
+        heard.append(task_result)
+
+    task_enqueued.connect(receiver)
+    try:
+        with override_settings(OUTBOX={"BACKOFF_BASE": 2.0, "BACKOFF_CAP": 90.0}):
+            message = webhooks.send("invoice.paid", {"id": 1})
+    finally:
+        task_enqueued.disconnect(receiver)
+    jobs = Job.objects.filter(task_path=deliver.module_path).order_by("pk")
+    assert len(heard) == 3 == len(jobs)
+    # One signal per job, with the job's own result: its id, task and arguments.
+    assert [r.id for r in heard] == [to_task_result(job).id for job in jobs]
+    assert {r.task.module_path for r in heard} == {deliver.module_path}
+    deliveries = set(message.deliveries.values_list("pk", flat=True))
+    assert {r.args[0] for r in heard} == deliveries
+    assert {(j.priority, j.backoff_base, j.backoff_cap) for j in jobs} == {(0, 2.0, 90.0)}
+
+
+def test_no_job_row_is_written_outside_the_engines_enqueue_path():
+    """Every job row goes through django_outbox/jobs/enqueue.py: no other product module
+    inserts into the job table, creates Job rows or bulk-creates them."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(webhooks.__file__).parent.parent
+    writes = re.compile(
+        r"Job\.objects(\.using\([^)]*\))?\.(create|bulk_create|get_or_create)\b"
+        r"|INSERT INTO \{(job_table|quote\(Job\._meta\.db_table\))\}"
+        r"|\bJob\(\s*(backend|queue|task_path)="
+    )
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "bench" not in path.parts
+        and "migrations" not in path.parts
+        and path.name != "enqueue.py"
+        and writes.search(path.read_text())
+    ]
+    assert offenders == []

@@ -1,7 +1,15 @@
-"""Insert jobs inside the caller's transaction: a rollback leaves no job behind."""
+"""Insert jobs inside the caller's transaction: a rollback leaves no job behind.
+
+The one path every job row takes: ``enqueue``, ``enqueue_many``, unique jobs, schedule
+ticks (``insert_jobs``) and webhook fan-outs (``enqueue_select``). So each job gets the
+same validation, defaults, trace context, wake-up on commit, metric and ``task_enqueued``.
+"""
 
 from __future__ import annotations
 
+import copy
+import json
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -12,7 +20,9 @@ from django.utils import timezone
 from django_outbox import conf, telemetry
 from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs.expressions import random_token_sql
 from django_outbox.jobs.jsonvalues import stored_size
+from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import to_task_result
 from django_outbox.models import Job
 from django_outbox.models.jobs import ACTIVE_STATUSES
@@ -97,19 +107,121 @@ def build_job(
 def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
     job = build_job(task, args, kwargs)
     key = task.unique_key_for(args, kwargs) if isinstance(task, OutboxTask) else None
+    if key is None:
+        return insert_jobs(task, [job])[0]
     with telemetry.enqueue_span(job.task_path, job.queue) as trace_context:
         job.trace_context = trace_context
-        if key is None:
-            job.save(force_insert=True)
+        existing = _insert_unique(job, key)
+        if existing is not None:
+            return existing  # nothing enqueued, no signal
+    return _announce(task, [job], router.db_for_write(Job))[0]
+
+
+def insert_jobs(task: Task, jobs: list[Job]) -> list[TaskResult]:
+    """Insert jobs made by ``build_job`` (and, say, given a dedup key): one INSERT per
+    CHUNK_SIZE rows, all or none (``bulk_create`` sees to it), in the caller's
+    transaction."""
+    using = router.db_for_write(Job)
+    with telemetry.enqueue_span(task.module_path, task.queue_name, len(jobs)) as trace_context:
+        if trace_context is not None:
+            for job in jobs:
+                job.trace_context = trace_context
+        if len(jobs) == 1:
+            jobs[0].save(using=using, force_insert=True)
         else:
-            existing = _insert_unique(job, key)
-            if existing is not None:
-                return existing  # nothing enqueued, no signal
-    notify_on_commit([(job.queue, job.run_at)], using=router.db_for_write(Job))
-    telemetry.enqueued(job.task_path, job.queue)
-    result = to_task_result(job, task)
-    task_enqueued.send(type(task.get_backend()), task_result=result)
-    return result
+            Job.objects.using(using).bulk_create(jobs, batch_size=CHUNK_SIZE)
+    return _announce(task, jobs, using)
+
+
+def _announce(task: Task, jobs: list[Job], using: str) -> list[TaskResult]:
+    """What follows every insert: the wake-up on commit, the metric, ``task_enqueued``."""
+    notify_on_commit([(job.queue, job.run_at) for job in jobs], using=using)
+    telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
+    results = [to_task_result(job, task) for job in jobs]
+    backend_class = type(task.get_backend())
+    for result in results:
+        task_enqueued.send(backend_class, task_result=result)
+    return results
+
+
+def enqueue_select(
+    task: Task,
+    *,
+    args_sql: str,
+    dedup_key_sql: str,
+    source_sql: str,
+    params: Sequence[Any],
+    now: datetime | None = None,
+) -> int:
+    """Enqueue one job of ``task`` per row of ``source_sql`` ("FROM … WHERE …"), in one
+    ``INSERT … SELECT`` whatever the number of rows; returns how many.
+
+    ``args_sql``: each job's positional arguments, an SQL expression over the row giving a
+    JSON array; ``dedup_key_sql``: each job's dedup key, an SQL expression. ``params``: the
+    parameters of the three, in the order args, dedup key, source. Every job gets the
+    task's options and the settings' defaults, the trace context, a wake-up on commit, the
+    metric and ``task_enqueued``, as any enqueue does. The rows come back to Python only
+    when someone receives ``task_enqueued``.
+    """
+    using = router.db_for_write(Job)
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    template = build_job(task, [], {}, now)
+    heard_by_someone = heard(task_enqueued, logging.DEBUG)
+    with telemetry.enqueue_span(task.module_path, task.queue_name, None) as trace_context:
+        template.trace_context = trace_context
+        fields = [Job._meta.get_field(name) for name in _SELECT_CONSTANTS]
+        values = [
+            field.get_db_prep_save(getattr(template, field.attname), connection)  # type: ignore[union-attr]
+            for field in fields
+        ]
+        columns = [*(str(field.column) for field in fields), "args", "dedup_key", "token"]  # type: ignore[union-attr]
+        returning = f" RETURNING {quote('id')}, {quote('token')}, CAST({quote('args')} AS TEXT)"
+        sql = (
+            f"INSERT INTO {quote(Job._meta.db_table)} ({', '.join(map(quote, columns))}) "
+            f"SELECT {', '.join(['%s'] * len(values))}, {args_sql}, {dedup_key_sql}, "
+            f"{random_token_sql(connection.vendor)} {source_sql}"
+            f"{returning if heard_by_someone else ''}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*values, *params])
+            rows = cursor.fetchall() if heard_by_someone else []
+            count = len(rows) if heard_by_someone else int(cursor.rowcount)
+    if not count:
+        return 0
+    if not heard_by_someone:
+        notify_on_commit([(template.queue, template.run_at)], using=using)
+        telemetry.enqueued(task.module_path, task.queue_name, count)
+        return count
+    jobs = []
+    for pk, token, args in rows:
+        job = copy.copy(template)
+        job.pk, job.token, job.args = pk, token, json.loads(args)
+        job._state.adding, job._state.db = False, using
+        jobs.append(job)
+    _announce(task, jobs, using)
+    return count
+
+
+#: The columns ``enqueue_select`` writes with the same value in every row.
+_SELECT_CONSTANTS = (
+    "backend",
+    "queue",
+    "task_path",
+    "kwargs",
+    "priority",
+    "status",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "timeout",
+    "backoff_base",
+    "backoff_cap",
+    "worker_ids",
+    "errors",
+    "enqueued_at",
+    "trace_context",
+)
 
 
 def _insert_unique(job: Job, key: str) -> TaskResult | None:
@@ -167,23 +279,7 @@ def enqueue_many(
         with transaction.atomic(using=router.db_for_write(Job)):
             return [enqueue(task, args, kwargs) for args, kwargs in _pairs(calls)]
     now = timezone.now()
-    jobs = [build_job(task, args, kwargs, now) for args, kwargs in _pairs(calls)]
-    using = router.db_for_write(Job)
-    with (
-        telemetry.enqueue_span(task.module_path, task.queue_name, len(jobs)) as trace_context,
-        transaction.atomic(using=using),
-    ):
-        if trace_context is not None:
-            for job in jobs:
-                job.trace_context = trace_context
-        Job.objects.bulk_create(jobs, batch_size=CHUNK_SIZE)
-        notify_on_commit([(job.queue, job.run_at) for job in jobs], using=using)
-    telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
-    backend_class = type(task.get_backend())
-    results = [to_task_result(job, task) for job in jobs]
-    for result in results:
-        task_enqueued.send(backend_class, task_result=result)
-    return results
+    return insert_jobs(task, [build_job(task, args, kwargs, now) for args, kwargs in _pairs(calls)])
 
 
 def _pairs(

@@ -12,15 +12,16 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf, text
 from django_outbox.jobs.jsonvalues import storable_problem
+from django_outbox.jobs.results import resolve_task
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.models.jobs import ACTIVE_STATUSES
-from django_outbox.wake.notify import notify_on_commit
+from django_outbox.task import OutboxTask
 from django_outbox.webhooks import fanout, guard, signing
 
 #: Event types: letters, digits and ``_ . : -``, e.g. "invoice.paid".
@@ -222,22 +223,20 @@ def enqueue_delivery_jobs(
     message_id: int, now: datetime, endpoint_ids: list[int] | None = None
 ) -> int:
     options = conf.get().WEBHOOKS
-    using = _using()
-    queued = fanout.insert_jobs(
-        using,
-        message_id,
-        now,
+    deliver = resolve_task(DELIVER_TASK)
+    if not isinstance(deliver, OutboxTask):  # its backend is not django_outbox's
+        raise ImproperlyConfigured(
+            f"OUTBOX['WEBHOOKS']['BACKEND'] ({options.BACKEND!r}) must be a TASKS alias of "
+            "django_outbox.backend.OutboxBackend: webhook deliveries are its jobs."
+        )
+    task = deliver.using(
         backend=options.BACKEND,
-        queue=options.QUEUE,
-        task_path=DELIVER_TASK,
+        queue_name=options.QUEUE,
         # The delivery's schedule decides when it has failed; the job's own limit only
         # stops a delivery whose worker keeps dying from running for ever.
         max_attempts=2 * len(options.RETRY_SCHEDULE) + 2,
-        endpoint_ids=endpoint_ids,
     )
-    if queued:
-        notify_on_commit([(options.QUEUE, now)], using=using)
-    return queued
+    return fanout.insert_jobs(_using(), task, message_id, now, endpoint_ids)
 
 
 # -- operations (the admin exposes them) ---------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.db import NotSupportedError, connections
 
-from django_outbox.jobs.expressions import random_token_sql
+from django_outbox.compat import Task
+from django_outbox.jobs.enqueue import enqueue_select
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, JobStatus
 
 #: The job of a delivery carries this dedup key, so a delivery has one active job at most.
@@ -76,52 +77,30 @@ def insert_deliveries(
 
 def insert_jobs(
     using: str,
+    task: Task,
     message_id: int,
     now: datetime,
-    *,
-    backend: str,
-    queue: str,
-    task_path: str,
-    max_attempts: int,
     endpoint_ids: Sequence[int] | None = None,
 ) -> int:
-    """One queued job per pending delivery of the message that has no active job, each
-    with a token of its own (its result id's)."""
-    connection = connections[using]
+    """One job of ``task`` per pending delivery of the message that has no active job, in
+    one statement, through the engine's enqueue path (jobs/enqueue.py)."""
     vendor = _vendor(using)
-    quote = connection.ops.quote_name
-    job_table = quote(Job._meta.db_table)
-    params: list[Any] = [
-        backend,
-        queue,
-        task_path,
-        "{}",
-        JobStatus.QUEUED.value,
-        now,
-        max_attempts,
-        "[]",
-        DEDUP_PREFIX,
-        "[]",
-        now,
-        message_id,
-        DeliveryStatus.PENDING.value,
-    ]
+    quote = connections[using].ops.quote_name
+    params: list[Any] = [DEDUP_PREFIX, message_id, DeliveryStatus.PENDING.value]
     only = ""
     if endpoint_ids is not None:
         only = f" AND d.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})"
         params += list(endpoint_ids)
     params += [DEDUP_PREFIX, JobStatus.QUEUED.value, JobStatus.RUNNING.value]
-    json = "%s::jsonb" if vendor == "postgresql" else "%s"
-    sql = (
-        f"INSERT INTO {job_table} (backend, queue, task_path, args, kwargs, priority, status, "
-        "run_at, attempts, max_attempts, backoff_base, backoff_cap, worker_ids, dedup_key, "
-        "errors, enqueued_at, token) "
-        f"SELECT %s, %s, %s, {_JOB_ARGS[vendor]}, {json}, 0, %s, %s, 0, %s, 1, 3600, {json}, "
-        f"%s || CAST(d.id AS TEXT), {json}, %s, {random_token_sql(vendor)} "
-        f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
-        f"{only} AND NOT EXISTS (SELECT 1 FROM {job_table} j "
-        "WHERE j.dedup_key = %s || CAST(d.id AS TEXT) AND j.status IN (%s, %s))"
+    return enqueue_select(
+        task,
+        args_sql=_JOB_ARGS[vendor],
+        dedup_key_sql="%s || CAST(d.id AS TEXT)",
+        source_sql=(
+            f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
+            f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
+            "WHERE j.dedup_key = %s || CAST(d.id AS TEXT) AND j.status IN (%s, %s))"
+        ),
+        params=params,
+        now=now,
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)

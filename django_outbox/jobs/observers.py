@@ -1,9 +1,10 @@
 """Whether a task signal would reach anyone.
 
-The tasks framework connects its own log line to ``task_started`` and ``task_finished``;
-most sites keep its logger quiet. For a quick job, building the TaskResult and sending the
-signal cost more than the job's own run, so a run skips them when the only receiver is that
-log line and its logger would drop the line. Any other receiver, or the logger enabled at
+The tasks framework connects its own log line to ``task_enqueued``, ``task_started`` and
+``task_finished``; most sites keep its logger quiet. For a quick job, building the
+TaskResult and sending the signal cost more than the job's own run (and a webhook fan-out
+to a thousand endpoints would build a thousand), so they are skipped when the only receiver
+is that log line and its logger would drop the line. Any other receiver, or the logger enabled at
 the line's level, and the signal goes as always.
 """
 
@@ -14,12 +15,13 @@ import logging
 import weakref
 from typing import Any
 
-from django_outbox.compat import LOGGER_NAME, task_finished, task_started
+from django_outbox.compat import LOGGER_NAME, task_enqueued, task_finished, task_started
 
 _logger = logging.getLogger(LOGGER_NAME)
 # The framework's package is named as its logger: django.tasks, or django_tasks.
 _framework_signals = importlib.import_module(f"{LOGGER_NAME}.signals")
 _OWN_LOG_LINE: dict[Any, Any] = {
+    task_enqueued: getattr(_framework_signals, "log_task_enqueued", None),
     task_started: getattr(_framework_signals, "log_task_started", None),
     task_finished: getattr(_framework_signals, "log_task_finished", None),
 }
