@@ -40,10 +40,11 @@ test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3
 screenshots: $(PY) ## Retake the admin screenshots in docs/img/ (headless Chromium).
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_admin_browser.py
 
-lint: $(PY) ## ruff and mypy (with django-stubs).
+lint: $(PY) ## ruff, mypy (with django-stubs) and the import-linter contracts of docs/architecture.md.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a PostgreSQL restart, Redis down); DATABASE_URL, ARGS=--quick.
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py $(ARGS)

@@ -14,7 +14,7 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from django_outbox import conf, text
+from django_outbox import conf
 from django_outbox.compat import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -24,6 +24,7 @@ from django_outbox.compat import (
     TaskResult,
     TaskResultDoesNotExist,
 )
+from django_outbox.lib import text
 from django_outbox.task import OutboxTask, unique_key_problem
 
 #: The longest timeout or backoff a task may ask for: a year, in seconds.
@@ -115,8 +116,8 @@ class OutboxBackend(BaseTaskBackend):
         return enqueue.enqueue_many(task, calls)
 
     def get_result(self, result_id: str) -> TaskResult:
-        from django_outbox.jobs.resultids import parse_result_id
         from django_outbox.jobs.results import to_task_result
+        from django_outbox.lib.resultids import parse_result_id
         from django_outbox.models import Job
 
         try:

@@ -16,8 +16,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_outbox import text
-from django_outbox.ratelimits.rate import Rate
+from django_outbox.lib import text
+from django_outbox.lib.rate import Rate
 
 T = TypeVar("T")
 

@@ -22,7 +22,8 @@ from typing import Any
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from django_outbox import conf, text
+from django_outbox import conf
+from django_outbox.lib import text
 from django_outbox.models import Job, JobStatus, Worker
 
 #: Most finished jobs the failure rate is read from.

@@ -18,8 +18,8 @@ from typing import Any
 from django.db import connections, router
 from django.utils import timezone
 
-from django_outbox import text
 from django_outbox.conf import FINISHED_STATUSES, parse_age, parse_statuses
+from django_outbox.lib import text
 from django_outbox.models import (
     Attempt,
     Delivery,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django_outbox.compat import TaskContext, task
 from django_outbox.exceptions import RateLimited, RetryAt
 from django_outbox.jobs import sidewrites
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from tests.models import Execution, Once
 
 

@@ -7,7 +7,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.jobs.resultids import parse_result_id, result_id
+from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Delivery, Job, JobStatus, Worker
 from tests import tasks
 

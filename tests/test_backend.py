@@ -23,7 +23,7 @@ from django_outbox.compat import (
     task_started,
 )
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs.resultids import TOKEN_MAX, parse_result_id, result_id
+from django_outbox.lib.resultids import TOKEN_MAX, parse_result_id, result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.task import OutboxTask
 from tests import tasks

@@ -32,7 +32,7 @@ import django_outbox
 from django_outbox import webhooks
 from django_outbox.compat import InvalidTask, TaskResultDoesNotExist, default_task_backend, task
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.models.jobs import JobStatus
 from tests import tasks

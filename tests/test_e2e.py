@@ -11,7 +11,7 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox import webhooks
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Job, JobStatus, Worker
 from testproject.shop.models import Customer, Order
 from tests import tasks

@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 import django_outbox
 from django_outbox.compat import BACKPORT
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs.resultids import result_id
+from django_outbox.lib.resultids import result_id
 from django_outbox.models import Job
 from tests import tasks
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from django_outbox import conf, ratelimits, webhooks
 from django_outbox.jobs.claim import claim_batch
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Delivery, DeliveryStatus, Job, JobStatus, RateBucket
 from django_outbox.ratelimits import Rate
 from tests import tasks

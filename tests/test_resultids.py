@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from django_outbox.jobs.expressions import random_token_sql
-from django_outbox.jobs.resultids import (
+from django_outbox.lib.resultids import (
     PK_MAX,
     TOKEN_MAX,
     ResultId,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_outbox.text import count, duration, number
+from django_outbox.lib.text import count, duration, number
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django_outbox import enqueue_many
 from django_outbox.compat import InvalidTask, task
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs.resultids import result_id
+from django_outbox.lib.resultids import result_id
 from django_outbox.models import Job, JobStatus
 from tests import tasks
 

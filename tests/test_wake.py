@@ -24,7 +24,7 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox.jobs import leases
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Job
 from django_outbox.models import Worker as WorkerRow
 from django_outbox.wake import notify, postgres

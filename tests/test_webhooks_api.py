@@ -11,7 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.jobs.resultids import TOKEN_MAX
+from django_outbox.lib.resultids import TOKEN_MAX
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, JobStatus, Message
 from django_outbox.webhooks import fanout
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 import django_outbox
 from django_outbox.compat import TaskResultStatus, task_finished, task_started
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker import Worker
 from tests import tasks

@@ -19,8 +19,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_outbox.admin import display, overview
+from django_outbox.lib.text import count, number
 from django_outbox.models import Dashboard
-from django_outbox.text import count, number
 
 CHART_WIDTH, CHART_HEIGHT, BAR = 600, 120, 10
 

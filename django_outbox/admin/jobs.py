@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString
 from django_outbox import schedules
 from django_outbox.admin import display, lists, overview
 from django_outbox.jobs import operations
-from django_outbox.jobs.resultids import parse_result_id, result_id
+from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Job, JobStatus, ScheduleState, Worker
 
 

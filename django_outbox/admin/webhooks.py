@@ -23,8 +23,8 @@ from django.utils.safestring import SafeString
 from django_outbox import conf, webhooks
 from django_outbox.admin import display, lists, rounds
 from django_outbox.admin.jobs import ReadOnlyAdmin
+from django_outbox.lib.text import count, duration
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Message
-from django_outbox.text import count, duration
 
 
 def link(obj: Any, text: Any = None) -> SafeString:

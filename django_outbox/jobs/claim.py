@@ -61,7 +61,7 @@ class ClaimedJob:
     """What a worker needs to run a job and record its outcome, without another query."""
 
     id: int
-    #: With ``id``, the job's result id (jobs/resultids.py).
+    #: With ``id``, the job's result id (lib/resultids.py).
     token: int
     backend: str
     queue: str

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import NotSupportedError
 from django.db.models import F, Func, JSONField, Value
 
-from django_outbox.jobs.resultids import TOKEN_MAX
+from django_outbox.lib.resultids import TOKEN_MAX
 
 
 class _JSONArrayFunc(Func):

@@ -14,7 +14,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
-from django_outbox.jobs.resultids import parse_result_id
+from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.wake.notify import notify_on_commit
 

@@ -10,7 +10,7 @@ from django.utils.module_loading import import_string
 
 from django_outbox.compat import Task, TaskError, TaskResult
 from django_outbox.exceptions import TaskNotFound
-from django_outbox.jobs.resultids import result_id
+from django_outbox.lib.resultids import result_id
 from django_outbox.models import Job, JobStatus
 
 

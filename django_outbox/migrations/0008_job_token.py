@@ -1,5 +1,5 @@
 """A random token for each job: result ids become "<pk>-<token in hex>" (see
-django_outbox/jobs/resultids.py), so the id of a job whose enqueue rolled back never names
+django_outbox/lib/resultids.py), so the id of a job whose enqueue rolled back never names
 the job that was given its primary key next.
 
 Rows already stored get token 0: their result id stays the bare primary key, so ids handed
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from django.db import migrations, models
 
-import django_outbox.jobs.resultids
+import django_outbox.lib.resultids
 
 
 class Migration(migrations.Migration):
@@ -39,7 +39,7 @@ class Migration(migrations.Migration):
                     model_name="job",
                     name="token",
                     field=models.IntegerField(
-                        default=django_outbox.jobs.resultids.new_token, editable=False
+                        default=django_outbox.lib.resultids.new_token, editable=False
                     ),
                 ),
             ],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.db import migrations, models
 
-import django_outbox.jobs.resultids
+import django_outbox.lib.resultids
 
 
 class Migration(migrations.Migration):
@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
             model_name="job",
             name="token",
             field=models.IntegerField(
-                db_default=0, default=django_outbox.jobs.resultids.new_token, editable=False
+                db_default=0, default=django_outbox.lib.resultids.new_token, editable=False
             ),
         ),
     ]

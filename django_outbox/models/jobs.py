@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.compat import TaskResultStatus
-from django_outbox.jobs.resultids import new_token, parse_result_id
+from django_outbox.lib.resultids import new_token, parse_result_id
 
 
 class JobStatus(models.TextChoices):
@@ -67,7 +67,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
     #: Drawn at random for each row written (0 in rows stored before it existed). The
-    #: result id is the primary key and this (jobs/resultids.py): the id of a job whose
+    #: result id is the primary key and this (lib/resultids.py): the id of a job whose
     #: enqueue rolled back names nothing, not the job that was given its primary key next.
     #: Not indexed: only compared once the row is found by its key. On PostgreSQL it is the
     #: table's last column (migration 0008), outside the runs a claim and a completion write.

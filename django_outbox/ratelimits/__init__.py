@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from django_outbox import conf
-from django_outbox.ratelimits.rate import Rate
+from django_outbox.lib.rate import Rate
 
 T = TypeVar("T")
 

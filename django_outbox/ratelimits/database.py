@@ -15,8 +15,8 @@ from typing import Any
 
 from django.db import connections, router
 
+from django_outbox.lib.rate import Rate
 from django_outbox.models import RateBucket
-from django_outbox.ratelimits.rate import Rate
 
 
 class DatabaseStore:

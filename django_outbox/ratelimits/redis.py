@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db import router
 
+from django_outbox.lib.rate import Rate
 from django_outbox.models import RateBucket
-from django_outbox.ratelimits.rate import Rate
 
 #: ARGV: interval, capacity (seconds), wanted (0: reserve one, whatever the bucket holds).
 #: Returns {given, new full time, now}, times as strings (Lua numbers would be truncated).

@@ -16,9 +16,10 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from django_outbox import conf, text
+from django_outbox import conf
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import resolve_task
+from django_outbox.lib import text
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask

@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from django_outbox import conf, ratelimits, telemetry, text
+from django_outbox import conf, ratelimits, telemetry
 from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.jobs import readahead, sidewrites
+from django_outbox.lib import text
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
 from django_outbox.webhooks import api, attempts, http, policy, recording, signing
 from django_outbox.webhooks.batching import Batcher, ReadAhead

@@ -31,8 +31,9 @@ import httpcore
 import httpx
 from django.utils import timezone
 
-from django_outbox import conf, text
+from django_outbox import conf
 from django_outbox.exceptions import UnsafeDestination
+from django_outbox.lib import text
 from django_outbox.webhooks.guard import guarded_pool
 
 #: Bytes of a response body kept for the attempt log; the rest is never read.

@@ -17,10 +17,11 @@ from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from django_outbox import conf, text
+from django_outbox import conf
 from django_outbox.jobs.inserts import insert_rows
 from django_outbox.jobs.returning import update_returning
 from django_outbox.jobs.rowvalues import among, per_row
+from django_outbox.lib import text
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour
 from django_outbox.webhooks import signals
 from django_outbox.webhooks.http import Response

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django_outbox import text
+from django_outbox.lib import text
 
 PREFIX = "whsec_"
 MIN_SECRET_BYTES = 24

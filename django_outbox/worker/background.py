@@ -8,7 +8,7 @@ import threading
 
 from django.db import connections
 
-from django_outbox import text
+from django_outbox.lib import text
 
 logger = logging.getLogger("django_outbox.worker")
 

@@ -30,8 +30,8 @@ from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.observers import heard
-from django_outbox.jobs.resultids import result_id
 from django_outbox.jobs.results import build_result, resolve_task, task_errors
+from django_outbox.lib.resultids import result_id
 from django_outbox.models import JobStatus
 from django_outbox.worker import cancellation
 

@@ -25,10 +25,11 @@ from django.db import connections, router
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
-from django_outbox import conf, text
+from django_outbox import conf
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
+from django_outbox.lib import text
 from django_outbox.models import Job
 from django_outbox.wake import Waker, build_waker, notify
 from django_outbox.wake.polling import PollingWaker

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_outbox import text
+from django_outbox.lib import text
 
 logger = logging.getLogger("django_outbox.worker")
 
