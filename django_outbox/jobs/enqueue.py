@@ -108,7 +108,7 @@ def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResu
     job = build_job(task, args, kwargs)
     key = task.unique_key_for(args, kwargs) if isinstance(task, OutboxTask) else None
     if key is None:
-        return insert_jobs(task, [job])[0]
+        return insert_jobs(task, [job], alone=True)[0]
     with telemetry.enqueue_span(job.task_path, job.queue) as trace_context:
         job.trace_context = trace_context
         existing = _insert_unique(job, key)
@@ -117,19 +117,22 @@ def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResu
     return _announce(task, [job], router.db_for_write(Job))[0]
 
 
-def insert_jobs(task: Task, jobs: list[Job]) -> list[TaskResult]:
-    """Insert jobs made by ``build_job`` (and, say, given a dedup key): one INSERT per
-    CHUNK_SIZE rows, all or none (``bulk_create`` sees to it), in the caller's
-    transaction."""
+def insert_jobs(task: Task, jobs: list[Job], alone: bool = False) -> list[TaskResult]:
+    """Insert jobs made by ``build_job`` (and, say, given a dedup key) in the caller's
+    transaction: one INSERT per CHUNK_SIZE rows, all or none, in a savepoint of their own
+    (a failure can be caught without losing the caller's transaction). ``alone``: one job,
+    one INSERT and nothing else, as ``enqueue()`` writes it."""
     using = router.db_for_write(Job)
     with telemetry.enqueue_span(task.module_path, task.queue_name, len(jobs)) as trace_context:
         if trace_context is not None:
             for job in jobs:
                 job.trace_context = trace_context
-        if len(jobs) == 1:
-            jobs[0].save(using=using, force_insert=True)
+        if alone:
+            (job,) = jobs
+            job.save(using=using, force_insert=True)
         else:
-            Job.objects.using(using).bulk_create(jobs, batch_size=CHUNK_SIZE)
+            with transaction.atomic(using=using):
+                Job.objects.using(using).bulk_create(jobs, batch_size=CHUNK_SIZE)
     return _announce(task, jobs, using)
 
 

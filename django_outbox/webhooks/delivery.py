@@ -52,8 +52,10 @@ def load_first(delivery_ids: list[int]) -> list[Loaded | None]:
 
 #: A first attempt loads its delivery with those of the first attempts queued behind it
 #: on its worker, which then find theirs loaded: one query for many, no one waiting.
+#: A delivery read ahead more than half a second before its run starts is loaded
+#: again: an endpoint disabled or a delivery changed meanwhile is seen as it is now.
 loader: ReadAhead[int, Loaded | None] = ReadAhead(
-    load_first, size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE
+    load_first, size=lambda: conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE, fresh=0.5
 )
 #: Retries fall due one by one (their delays are jittered): they gather for the whole
 #: LOOKUP_BATCH_WAIT_MS, so retries running at about the same time share one lookup.

@@ -100,7 +100,9 @@ class Pool:
 
     def behind(self, job_id: int, began: float, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` jobs behind the one ``job_id`` that started at ``began``: those
-        other threads started since, then those no thread has taken yet, in order."""
+        other threads started since, then those no thread has taken yet, in order; never
+        more than two rounds of the threads (what they will start soon)."""
+        limit = min(limit, 2 * self.concurrency)
         with self._lock:
             since = [
                 self._pending[other]
