@@ -7,7 +7,7 @@ from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_outbox.jobs.expressions import random_token_sql
+from django_outbox.db import dialect
 from django_outbox.lib.resultids import (
     PK_MAX,
     TOKEN_MAX,
@@ -40,7 +40,7 @@ def test_tokens_drawn_in_sql_are_in_the_same_range():
     with connection.cursor() as cursor:
         tokens = set()
         for _ in range(200):
-            cursor.execute(f"SELECT {random_token_sql(connection.vendor)}", [])
+            cursor.execute(f"SELECT {dialect(connection.alias).random_token(TOKEN_MAX)}", [])
             tokens.add(cursor.fetchone()[0])
     assert all(isinstance(t, int) and 1 <= t <= TOKEN_MAX for t in tokens)
     assert len(tokens) > 190

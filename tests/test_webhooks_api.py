@@ -321,26 +321,3 @@ def test_a_delivery_job_is_enqueued_as_any_job_is_with_its_signal_and_the_defaul
     deliveries = set(message.deliveries.values_list("pk", flat=True))
     assert {r.args[0] for r in heard} == deliveries
     assert {(j.priority, j.backoff_base, j.backoff_cap) for j in jobs} == {(0, 2.0, 90.0)}
-
-
-def test_no_job_row_is_written_outside_the_engines_enqueue_path():
-    """Every job row goes through django_outbox/jobs/enqueue.py: no other product module
-    inserts into the job table, creates Job rows or bulk-creates them."""
-    import pathlib
-    import re
-
-    root = pathlib.Path(webhooks.__file__).parent.parent
-    writes = re.compile(
-        r"Job\.objects(\.using\([^)]*\))?\.(create|bulk_create|get_or_create)\b"
-        r"|INSERT INTO \{(job_table|quote\(Job\._meta\.db_table\))\}"
-        r"|\bJob\(\s*(backend|queue|task_path)="
-    )
-    offenders = [
-        str(path.relative_to(root))
-        for path in root.rglob("*.py")
-        if "bench" not in path.parts
-        and "migrations" not in path.parts
-        and path.name != "enqueue.py"
-        and writes.search(path.read_text())
-    ]
-    assert offenders == []

@@ -16,9 +16,9 @@ from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from django_outbox.db import dialect
 from django_outbox.jobs import backoff, sidewrites
 from django_outbox.jobs.claim import ClaimedJob
-from django_outbox.jobs.expressions import remove_last_sql
 from django_outbox.jobs.returning import column
 from django_outbox.jobs.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
 from django_outbox.models import Job, JobStatus
@@ -184,7 +184,7 @@ def _hold_back(worker_id: str, held: list[Outcome]) -> int:
         "lease_until": None,
         "worker_id": None,
         "attempts": RawSQL(f"{attempts} - 1", []),
-        "worker_ids": RawSQL(remove_last_sql(connection.vendor, worker_ids), []),
+        "worker_ids": RawSQL(dialect(connection.alias).json_remove_last(worker_ids), []),
         "started_at": RawSQL(f"CASE WHEN {attempts} = 1 THEN NULL ELSE {started_at} END", []),
     }
     rewritten = [o for o in held if o.new_kwargs is not None]

@@ -19,11 +19,12 @@ from django.utils import timezone
 
 from django_outbox import conf, telemetry
 from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
+from django_outbox.db import dialect
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs.expressions import random_token_sql
 from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import to_task_result
+from django_outbox.lib.resultids import TOKEN_MAX
 from django_outbox.models import Job
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
@@ -183,7 +184,7 @@ def enqueue_select(
         sql = (
             f"INSERT INTO {quote(Job._meta.db_table)} ({', '.join(map(quote, columns))}) "
             f"SELECT {', '.join(['%s'] * len(values))}, {args_sql}, {dedup_key_sql}, "
-            f"{random_token_sql(connection.vendor)} {source_sql}"
+            f"{dialect(using).random_token(TOKEN_MAX)} {source_sql}"
             f"{returning if heard_by_someone else ''}"
         )
         with connection.cursor() as cursor:

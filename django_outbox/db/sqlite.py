@@ -1,0 +1,29 @@
+"""SQLite, with its JSON functions."""
+
+from __future__ import annotations
+
+from django_outbox.db.base import Dialect
+
+
+class SQLite(Dialect):
+    vendor = "sqlite"
+
+    def json_array_of(self, sql: str) -> str:
+        return f"json_array({sql})"
+
+    def json_append(self, column: str, item: str) -> str:
+        return f"json_insert({column}, '$[#]', json({item}))"
+
+    def json_remove_last(self, column: str) -> str:
+        return f"json_remove({column}, '$[#-1]')"
+
+    def random_token(self, most: int) -> str:
+        # random() is a signed 64-bit integer; the remainder keeps abs() from overflowing.
+        return f"(abs(random() %% {most}) + 1)"
+
+    def event_type_matches(self, patterns: str) -> str:
+        # GLOB's * is the patterns' own wildcard, and it is case-sensitive.
+        return (
+            f"(json_array_length({patterns}) = 0 OR EXISTS (SELECT 1 FROM "
+            f"json_each({patterns}) AS p WHERE %s GLOB p.value))"
+        )
