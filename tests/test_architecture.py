@@ -19,10 +19,7 @@ NOT_YET_BEHIND_THE_SEAM = {
     "admin/lists.py",
     "checks.py",
     "jobs/claim.py",
-    "jobs/complete.py",
-    "jobs/inserts.py",
     "jobs/returning.py",
-    "jobs/rowvalues.py",
     "ratelimits/database.py",
     "wake/__init__.py",
     "worker/loop.py",  # names the vendor on the start line

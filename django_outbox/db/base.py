@@ -8,6 +8,10 @@ from abc import ABC, abstractmethod
 class Dialect(ABC):
     #: Django's name for the database (``connection.vendor``).
     vendor: str
+    #: Arrays as statement parameters (``= ANY(%s::bigint[])``, ``unnest(%s::text[])``):
+    #: one statement text for any number of rows, which the driver converts once. Without
+    #: them, batched statements spell out a placeholder per row.
+    array_parameters: bool
 
     @abstractmethod
     def json_array_of(self, sql: str) -> str:

@@ -7,6 +7,7 @@ from django_outbox.db.base import Dialect
 
 class PostgreSQL(Dialect):
     vendor = "postgresql"
+    array_parameters = True
 
     def json_array_of(self, sql: str) -> str:
         return f"jsonb_build_array({sql})"

@@ -7,6 +7,7 @@ from django_outbox.db.base import Dialect
 
 class SQLite(Dialect):
     vendor = "sqlite"
+    array_parameters = False
 
     def json_array_of(self, sql: str) -> str:
         return f"json_array({sql})"

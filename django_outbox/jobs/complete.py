@@ -215,7 +215,7 @@ def _update(worker_id: str, outcomes: list[Outcome], values: dict[str, Any]) -> 
     of an earlier run of a job that this same worker claimed again must not land on the
     new run, nor a result on a job another worker took back."""
     connection = connections[router.db_for_write(Job)]
-    if connection.vendor == "postgresql":
+    if dialect(connection.alias).array_parameters:
         return _update_joined(connection, worker_id, outcomes, values)
     quote = connection.ops.quote_name
     assignments, params = _assignments(

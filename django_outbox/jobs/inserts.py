@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connections, router
 from django.db.models import Model
 
+from django_outbox.db import dialect
 from django_outbox.jobs.returning import column
 from django_outbox.jobs.rowvalues import any_array_literal
 
@@ -41,7 +42,7 @@ def insert_rows(
         f"({', '.join(quote(column(model, name)) for name in names)}) "
     )
     params: list[Any] = []
-    if connection.vendor == "postgresql":
+    if dialect(connection.alias).array_parameters:
         # One array per column: the same statement text for any number of rows, which
         # psycopg converts once (a VALUES list of N rows is a new text to parse each time),
         # each written as its text form at once (psycopg would quote element by element).

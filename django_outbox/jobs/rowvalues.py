@@ -17,6 +17,8 @@ from django.db import connections
 from django.db.models import CharField, DateTimeField, IntegerField, JSONField
 from django.db.models.expressions import RawSQL
 
+from django_outbox.db import dialect
+
 #: PostgreSQL types its parameters: a CASE of NULLs alone would be text without a cast.
 _POSTGRES_CAST = {"datetime": "timestamptz", "json": "jsonb", "int": "integer", "text": "text"}
 
@@ -44,7 +46,7 @@ def per_row(
     connection = connections[using]
     ops = connection.ops
     key = ops.quote_name("id")
-    if connection.vendor == "postgresql":
+    if dialect(using).array_parameters:
         keys = array_literal([pk for pk, _value in pairs])
         values, cast = postgres_array(using, [value for _pk, value in pairs], kind)
         lookup = f"(%s::{cast}[])[array_position(%s::bigint[], {key})]"
@@ -134,8 +136,7 @@ def _adapter(using: str, kind: str) -> Any:
 def among(using: str, column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
     """``column`` is one of ``ids``: ``= ANY(array)`` on PostgreSQL (one parameter, the same
     text for any number), ``IN (…)`` elsewhere."""
-    connection = connections[using]
-    if connection.vendor == "postgresql":
+    if dialect(using).array_parameters:
         return f"{column} = ANY(%s::bigint[])", [array_literal(ids)]
     return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
