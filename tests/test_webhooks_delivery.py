@@ -111,6 +111,8 @@ def test_a_500_is_retried_and_the_recovery_signalled(receiver, webhook_worker, c
     assert all(later.started_at > earlier.started_at for earlier, later in pairwise(log))
     requests = receiver.at("/hook")
     assert len({r.headers["webhook-id"] for r in requests}) == 1  # the same id each time
+    # Signals follow the commit of the attempt and its job's outcome, on the worker's thread.
+    wait_until(lambda: len(caught) == 3, what="three signals")
     assert [name for name, _ in caught] == [
         "webhook_delivery_failed",
         "webhook_delivery_failed",
@@ -139,6 +141,7 @@ def test_a_delivery_that_keeps_failing_is_failed_after_the_schedule(
     assert delivery.next_attempt_at is None
     job = Job.objects.get(queue="webhooks")
     assert job.status == JobStatus.FAILED and "last attempt" in job.errors[-1]["traceback"]
+    wait_until(lambda: len(caught) == len(schedule), what="a signal per attempt")
     assert [name for name, _ in caught][-1] == "webhook_delivery_exhausted"
 
 
@@ -197,6 +200,8 @@ def test_410_gone_disables_the_endpoint_at_once(receiver, webhook_worker, caught
     (delivery,) = settled(message)
 
     assert delivery.status == DeliveryStatus.FAILED and len(attempts_of(delivery)) == 1
+    # The endpoint's health follows the commit of the attempt, on the worker's thread.
+    wait_until(lambda: "webhook_endpoint_disabled" in dict(caught), what="the endpoint disabled")
     endpoint.refresh_from_db()
     assert not endpoint.active and "410" in endpoint.disabled_reason
     assert (
@@ -420,6 +425,8 @@ def test_an_endpoint_failing_for_its_window_is_disabled(receiver, webhook_worker
         first = webhooks.send("invoice.paid", {"id": 1})
         webhook_worker()
         (delivery,) = settled(first)  # 4 attempts over more than 0.01 s
+        # The endpoint's health follows the commit of the attempt, on the worker's thread.
+        wait_until(lambda: "webhook_endpoint_disabled" in dict(caught), what="the disabling")
         assert not webhooks.send("invoice.paid", {"id": 2}).deliveries.exists()
     assert delivery.status == DeliveryStatus.FAILED
     endpoint.refresh_from_db()
@@ -444,6 +451,11 @@ def test_a_success_resets_the_failure_count(receiver, webhook_worker):
     message = webhooks.send("invoice.paid", {"id": 1})
     webhook_worker()
     settled(message)
+    # The endpoint's health follows the commit of the attempt, on the worker's thread.
+    wait_until(
+        lambda: Endpoint.objects.filter(pk=endpoint.pk, consecutive_failures=0).exists(),
+        what="the count reset",
+    )
     endpoint.refresh_from_db()
     assert (endpoint.failing_since, endpoint.consecutive_failures) == (None, 0)
 
