@@ -49,15 +49,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     if conf.settings_errors(getattr(settings, "OUTBOX", {})):
         return []  # E001 says what is wrong first
-    from django.db import connections, router
+    from django.db import router
 
+    from django_outbox.db import dialect
     from django_outbox.models import Job
     from django_outbox.wake import redis_configured
 
     options = conf.get()
     alias = router.db_for_write(Job)
     messages: list[checks.CheckMessage] = []
-    if options.WAKE == "postgres" and connections[alias].vendor != "postgresql":
+    if options.WAKE == "postgres" and not dialect(alias).listen_notify:
         messages.append(
             checks.Error(
                 f"OUTBOX['WAKE'] is 'postgres' but the jobs' database {alias!r} is not "

@@ -12,6 +12,16 @@ class Dialect(ABC):
     #: one statement text for any number of rows, which the driver converts once. Without
     #: them, batched statements spell out a placeholder per row.
     array_parameters: bool
+    #: ``SELECT … FOR UPDATE SKIP LOCKED``: claimers pass over each other's rows. Without
+    #: it, a claim is one writer at a time (SQLite's database lock).
+    skip_locked: bool
+    #: ``UPDATE … RETURNING``: a claim marks and reads its rows in one statement.
+    update_returning: bool
+    #: ``LISTEN``/``NOTIFY``: commits wake workers through the database itself.
+    listen_notify: bool
+    #: The planner's row estimate is cheap to read (the admin shows it for big tables
+    #: instead of counting).
+    row_estimates: bool
 
     @abstractmethod
     def json_array_of(self, sql: str) -> str:

@@ -8,6 +8,10 @@ from django_outbox.db.base import Dialect
 class PostgreSQL(Dialect):
     vendor = "postgresql"
     array_parameters = True
+    skip_locked = True
+    update_returning = True
+    listen_notify = True
+    row_estimates = True
 
     def json_array_of(self, sql: str) -> str:
         return f"jsonb_build_array({sql})"

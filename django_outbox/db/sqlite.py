@@ -8,6 +8,10 @@ from django_outbox.db.base import Dialect
 class SQLite(Dialect):
     vendor = "sqlite"
     array_parameters = False
+    skip_locked = False
+    update_returning = True
+    listen_notify = False
+    row_estimates = False
 
     def json_array_of(self, sql: str) -> str:
         return f"json_array({sql})"

@@ -15,10 +15,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import connections
 from django.dispatch import receiver
 
 from django_outbox import conf
+from django_outbox.db import dialect
 from django_outbox.wake.base import Sender, Statement, Wake, Waker
 from django_outbox.wake.polling import PollingWaker
 
@@ -50,7 +50,7 @@ def build_sender(using: str) -> Sender | None:
     """The sender for commits on database ``using``, or None when nobody listens."""
     options = conf.get()
     senders: list[Sender] = []
-    if options.WAKE in ("postgres", "auto") and connections[using].vendor == "postgresql":
+    if options.WAKE in ("postgres", "auto") and dialect(using).listen_notify:
         # Imported only here: psycopg is an optional dependency.
         from django_outbox.wake.postgres import PostgresSender
 
@@ -81,7 +81,7 @@ def build_waker(
     options = conf.get()
     mode = options.WAKE
     candidates: list[Callable[[], Waker]] = []
-    if mode in ("postgres", "auto") and connections[using].vendor == "postgresql":
+    if mode in ("postgres", "auto") and dialect(using).listen_notify:
         from django_outbox.wake.postgres import PostgresWaker
 
         candidates.append(lambda: PostgresWaker(queues, stop, using=using, alive=alive))
