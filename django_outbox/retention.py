@@ -19,6 +19,7 @@ from django.db import connections, router
 from django.utils import timezone
 
 from django_outbox.conf import FINISHED_STATUSES, parse_age, parse_statuses
+from django_outbox.db import dialect, named
 from django_outbox.lib import text
 from django_outbox.models import (
     Attempt,
@@ -105,20 +106,15 @@ class _Sql:
     def __init__(self, model: Any) -> None:
         self.connection = connections[router.db_for_write(model)]
         self.quote = self.connection.ops.quote_name
-        features = self.connection.features
-        self.lock = ""
-        if features.has_select_for_update_skip_locked:
-            self.lock = " " + self.connection.ops.for_update_sql(skip_locked=True)
+        self.dialect = dialect(self.connection.alias)
 
     def table(self, model: Any) -> str:
         return str(self.quote(model._meta.db_table))
 
     def delete_chunk(self, model: Any, where: str, params: list[Any], order: str = "id") -> int:
         """DELETE up to CHUNK rows of ``model`` matching ``where``; returns how many."""
-        table = self.table(model)
-        sql = (
-            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} "
-            f"ORDER BY {order} LIMIT {CHUNK}{self.lock})"
+        sql = named(
+            "prune-chunk", self.dialect.delete_chunk(self.table(model), where, order, CHUNK)
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)

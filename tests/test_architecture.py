@@ -3,8 +3,11 @@ in ``make lint``)."""
 
 from __future__ import annotations
 
+import ast
+import io
 import pathlib
 import re
+import tokenize
 
 import pytest
 
@@ -12,16 +15,17 @@ import django_outbox
 
 ROOT = pathlib.Path(django_outbox.__file__).parent
 
-#: Modules that still ask which database they run on, to be moved behind the seam
-#: (``django_outbox.db``, issue #20). The list only shrinks: a module that stops asking
-#: must leave it, and no other module may start.
-NOT_YET_BEHIND_THE_SEAM = {
-    "admin/lists.py",
-    "jobs/claim.py",
-    "jobs/returning.py",
-    "ratelimits/database.py",
-    "worker/loop.py",  # names the vendor on the start line
-}
+#: SQL that only some databases speak: casts, arrays, JSON functions, upserts, row locks,
+#: advisory locks, the server's clock, the planner's catalogue.
+VENDOR_SQL = re.compile(
+    r"[\w)\]]::[a-z]|\bunnest\(|\bANY\(|\bjsonb|\bjson_(insert|remove|array|each|extract)\b"
+    r"|ON CONFLICT|ON DUPLICATE|\bGREATEST\(|\bLEAST\(|FOR UPDATE|SKIP LOCKED|\bpg_[a-z_]+\("
+    r"|statement_timestamp|reltuples|\bGLOB\b|julianday"
+)
+
+#: The PostgreSQL wake-up channel is itself PostgreSQL's (LISTEN, pg_notify), chosen by
+#: ``Dialect.listen_notify``.
+VENDOR_CHANNELS = {"wake/postgres.py"}
 
 
 def _product_modules() -> list[pathlib.Path]:
@@ -34,13 +38,61 @@ def _product_modules() -> list[pathlib.Path]:
 
 
 def test_only_the_database_seam_asks_which_database_it_runs_on():
-    asking = {
+    asking = [
         str(path.relative_to(ROOT))
         for path in _product_modules()
-        if re.search(r"\.vendor\b", path.read_text())
+        # A connection's vendor or features; a dialect's own name, dialect(…).vendor, is fine.
+        if re.search(r"(?<!\))\.vendor\b|features\.has_", path.read_text())
+    ]
+    assert asking == [], "ask django_outbox.db.dialect() instead"
+
+
+def test_statements_only_some_databases_speak_are_written_in_the_seam():
+    """Vendor SQL lives in django_outbox/db, by name; elsewhere statements are written in
+    what every supported database accepts, or built by the dialect."""
+    offenders = {
+        f"{path.relative_to(ROOT)}: {found.group(0)}"
+        for path in _product_modules()
+        if str(path.relative_to(ROOT)) not in VENDOR_CHANNELS
+        for found in VENDOR_SQL.finditer(_code(path))
     }
-    assert asking - NOT_YET_BEHIND_THE_SEAM == set(), "ask django_outbox.db.dialect() instead"
-    assert NOT_YET_BEHIND_THE_SEAM - asking == set(), "moved behind the seam: take it off the list"
+    assert offenders == set()
+
+
+def test_the_vendor_sql_check_finds_what_it_looks_for():
+    for sql in (
+        "UPDATE t SET x = %s::jsonb",
+        "SELECT * FROM unnest(%s)",
+        "INSERT … ON CONFLICT DO NOTHING",
+        "SELECT id … FOR UPDATE SKIP LOCKED",
+        "SELECT pg_advisory_xact_lock(1, 2)",
+        "json_insert(worker_ids, '$[#]', %s)",
+        "(%s::timestamptz[])[array_position(%s::bigint[], id)]",
+    ):
+        assert VENDOR_SQL.search(sql), sql
+    assert not VENDOR_SQL.search("UPDATE t SET status = %s WHERE id IN (%s, %s)")
+    assert not VENDOR_SQL.search('f"::ffff:{address.ipv4_mapped}"')  # an IPv6 address
+
+
+def _code(path: pathlib.Path) -> str:
+    """The module without its comments and docstrings, which may name vendor SQL."""
+    source = path.read_text()
+    docstrings = {
+        node.body[0].value.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+        and isinstance(node.body[0].value.value, str)
+    }
+    kept = [
+        token.string
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type != tokenize.COMMENT
+        and not (token.type == tokenize.STRING and token.start[0] in docstrings)
+    ]
+    return " ".join(kept)
 
 
 def test_no_job_row_is_written_outside_the_engines_enqueue_path():

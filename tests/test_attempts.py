@@ -93,7 +93,7 @@ def test_the_lookup_uses_the_delivery_started_index_on_postgresql():
 def test_a_batch_of_attempts_is_written_exactly_as_given():
     """The attempt log's batched INSERT (one array per column on PostgreSQL) keeps every
     value: quotes, backslashes, braces, commas, the word NULL, None, floats and booleans."""
-    from django_outbox.jobs.inserts import insert_rows
+    from django_outbox.db.inserts import insert_rows
     from django_outbox.webhooks.recording import _ATTEMPT_FIELDS
 
     delivery = deliveries(1)[0]
@@ -103,7 +103,7 @@ def test_a_batch_of_attempts_is_written_exactly_as_given():
         (delivery.pk, 2, now, 1e-06, False, None, {}, "", "ConnectError", "NULL"),
         (delivery.pk, 3, now, 12.5, False, 500, {"k": "NULL", "v": "\\"}, '{"a": [1]}', "", "é ✓"),
     ]
-    ids = insert_rows(Attempt, _ATTEMPT_FIELDS, rows)
+    ids = insert_rows("attempt-log", Attempt, _ATTEMPT_FIELDS, rows)
     stored = Attempt.objects.in_bulk(ids)
     for pk, row in zip(ids, rows, strict=True):
         attempt = stored[pk]

@@ -71,7 +71,7 @@ def test_a_late_result_of_an_earlier_run_does_not_land_on_the_next_run(job_facto
 def test_array_literals_carry_numbers_times_and_nulls_exactly():
     from datetime import UTC, datetime, timezone
 
-    from django_outbox.jobs.rowvalues import array_literal
+    from django_outbox.db.rowvalues import array_literal
 
     assert array_literal([1, None, -3]) == "{1,NULL,-3}"
     for refused in (["1,2"], [True], [1.5]):
@@ -119,7 +119,7 @@ def test_per_job_json_and_text_reach_the_row_exactly(job_factory):
     assert [stored[j.id] for j in claimed] == TRICKY_VALUES
     if connection.vendor != "postgresql":
         return
-    from django_outbox.jobs.rowvalues import NO_VALUE, postgres_array
+    from django_outbox.db.rowvalues import NO_VALUE, postgres_array
 
     texts, _ = postgres_array(connection.alias, [*map(str, TRICKY_VALUES), None, NO_VALUE], "text")
     with connection.cursor() as cursor:

@@ -21,6 +21,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
 
+from django_outbox.db import dialect, named
 from django_outbox.models import Job, JobStatus
 
 #: Below this estimate, the exact count is cheap enough.
@@ -28,8 +29,9 @@ EXACT_BELOW = 100_000
 
 
 class EstimatedCountPaginator(Paginator):
-    """COUNT(*) for filtered lists and small tables; PostgreSQL's own row estimate for an
-    unfiltered large table (the last page number may then be off by a little)."""
+    """COUNT(*) for filtered lists and small tables; the database's own row estimate for an
+    unfiltered large table where it keeps one (``Dialect.row_estimate``; the last page
+    number may then be off by a little)."""
 
     @cached_property
     def count(self) -> int:
@@ -42,16 +44,13 @@ class EstimatedCountPaginator(Paginator):
 
 
 def _estimated_rows(queryset: QuerySet[Any]) -> int | None:
-    connection = connections[queryset.db]
-    if connection.vendor != "postgresql":
+    estimate = dialect(queryset.db).row_estimate(queryset.model._meta.db_table)
+    if estimate is None:
         return None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-            [queryset.model._meta.db_table],
-        )
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(named("row-estimate", estimate[0]), estimate[1])
         row = cursor.fetchone()
-    return int(row[0]) if row and row[0] >= 0 else None
+    return int(row[0]) if row and row[0] is not None and row[0] >= 0 else None
 
 
 class RecentJobValuesFilter(admin.SimpleListFilter):

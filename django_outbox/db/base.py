@@ -19,9 +19,104 @@ class Dialect(ABC):
     update_returning: bool
     #: ``LISTEN``/``NOTIFY``: commits wake workers through the database itself.
     listen_notify: bool
-    #: The planner's row estimate is cheap to read (the admin shows it for big tables
-    #: instead of counting).
-    row_estimates: bool
+    #: ``epoch_seconds()``: the server's own clock, which times every worker alike whichever
+    #: machine it runs on. Without it (an embedded database) statements take the time as
+    #: a parameter.
+    server_clock: bool
+
+    def greatest(self, *sql: str) -> str:
+        return f"GREATEST({', '.join(sql)})"
+
+    def least(self, *sql: str) -> str:
+        return f"LEAST({', '.join(sql)})"
+
+    def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
+        """A statement reading the planner's estimate of ``table``'s rows (negative or NULL:
+        unknown), or None where the database keeps none: the admin shows it for big
+        tables instead of counting them."""
+        return None
+
+    def real(self, sql: str) -> str:
+        """``sql`` as a double-precision number (where parameters need the type said)."""
+        return sql
+
+    def epoch_seconds(self) -> str:
+        """The statement's time, in seconds since the epoch (``server_clock`` only)."""
+        raise NotImplementedError(f"{self.vendor} statements take the time as a parameter")
+
+    def upsert(
+        self,
+        table: str,
+        columns: list[str],
+        values: list[str],
+        conflict: list[str],
+        updates: list[tuple[str, str]],
+    ) -> str:
+        """INSERT one row, or where a row with the same ``conflict`` columns exists, set
+        its ``updates`` (column, SQL in which the table's name means the old row)."""
+        assignments = ", ".join(f"{name} = {sql}" for name, sql in updates)
+        return (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+            f"ON CONFLICT ({', '.join(conflict)}) DO UPDATE SET {assignments}"
+        )
+
+    def upsert_adding(self, table: str, columns: list[str], rows: int, added: list[str]) -> str:
+        """INSERT ``rows`` rows of ``columns``; where a row's key (the columns not ``added``)
+        exists, add its ``added`` values to the row's instead."""
+        key = [name for name in columns if name not in added]
+        row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        sums = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in added)
+        return (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * rows)} "
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sums}"
+        )
+
+    def insert_unless_conflicting(self, table: str, columns: str, count: int, pk: str) -> str:
+        """INSERT one row of ``count`` values, or nothing where it would break a unique
+        index (a partial one included), returning its ``pk`` (no row: nothing inserted)."""
+        values = ", ".join(["%s"] * count)
+        return (
+            f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING "
+            f"RETURNING {pk}"
+        )
+
+    def concat(self, *sql: str) -> str:
+        """The texts of ``sql`` one after another."""
+        return " || ".join(sql)
+
+    def skip_locked_suffix(self) -> str:
+        """What ends a SELECT that locks its rows and skips those locked elsewhere ("" when
+        the database has no row locks)."""
+        return " FOR UPDATE SKIP LOCKED" if self.skip_locked else ""
+
+    def delete_chunk(self, table: str, where: str, order: str, most: int) -> str:
+        """DELETE the first ``most`` rows of ``table`` matching ``where`` by ``order``,
+        passing over rows another transaction holds where the database can."""
+        return (
+            f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} "
+            f"ORDER BY {order} LIMIT {most}{self.skip_locked_suffix()})"
+        )
+
+    def update_from_arrays(
+        self, table: str, assignments: str, columns: list[tuple[str, str]], where: str
+    ) -> str:
+        """UPDATE ``table`` joined to a table ``v`` of one array parameter per column (name,
+        element type), one row per index (``array_parameters`` only)."""
+        raise NotImplementedError(f"{self.vendor} has no array parameters")
+
+    def id_in_subquery(self, column: str, select: str) -> str:
+        """``column`` is among the ids ``select`` returns."""
+        return f"{column} IN ({select})"
+
+    def queue_lock(self, space: int, key: int) -> tuple[str, list[int]] | None:
+        """A statement taking a lock on (``space``, ``key``) until the transaction ends, or
+        None where one writer at a time is the database's own rule."""
+        return None
+
+    @abstractmethod
+    def json_append_text(self, column: str, text: str) -> str:
+        """``column`` (quoted) with the text value ``text`` (SQL) added at the end of its
+        JSON array."""
 
     @abstractmethod
     def json_array_of(self, sql: str) -> str:

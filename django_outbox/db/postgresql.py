@@ -11,7 +11,34 @@ class PostgreSQL(Dialect):
     skip_locked = True
     update_returning = True
     listen_notify = True
-    row_estimates = True
+    server_clock = True
+
+    def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
+        return "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [table]
+
+    def real(self, sql: str) -> str:
+        return f"{sql}::float8"
+
+    def epoch_seconds(self) -> str:
+        return "EXTRACT(EPOCH FROM statement_timestamp())::float8"
+
+    def update_from_arrays(
+        self, table: str, assignments: str, columns: list[tuple[str, str]], where: str
+    ) -> str:
+        arrays = ", ".join(f"%s::{element}[]" for _name, element in columns)
+        names = ", ".join(name for name, _element in columns)
+        return f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({names}) WHERE {where}"
+
+    def id_in_subquery(self, column: str, select: str) -> str:
+        # "= ANY(ARRAY(…))" runs the SELECT first, then finds its rows by primary key; with
+        # "IN (SELECT …)" the planner may hash-join the whole table instead.
+        return f"{column} = ANY(ARRAY({select}))"
+
+    def queue_lock(self, space: int, key: int) -> tuple[str, list[int]] | None:
+        return "SELECT pg_advisory_xact_lock(%s, %s)", [space, key]
+
+    def json_append_text(self, column: str, text: str) -> str:
+        return f"{column} || jsonb_build_array({text}::text)"
 
     def json_array_of(self, sql: str) -> str:
         return f"jsonb_build_array({sql})"

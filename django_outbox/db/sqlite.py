@@ -11,7 +11,16 @@ class SQLite(Dialect):
     skip_locked = False
     update_returning = True
     listen_notify = False
-    row_estimates = False
+    server_clock = False
+
+    def greatest(self, *sql: str) -> str:
+        return f"MAX({', '.join(sql)})"
+
+    def least(self, *sql: str) -> str:
+        return f"MIN({', '.join(sql)})"
+
+    def json_append_text(self, column: str, text: str) -> str:
+        return f"json_insert({column}, '$[#]', {text})"
 
     def json_array_of(self, sql: str) -> str:
         return f"json_array({sql})"

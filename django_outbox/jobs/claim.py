@@ -4,9 +4,10 @@
     WHERE id IN (SELECT id … ORDER BY priority DESC, run_at, id LIMIT n FOR UPDATE SKIP LOCKED)
     RETURNING …
 
-On PostgreSQL the inner SELECT skips rows other workers hold, so claims never wait on
-each other (READ COMMITTED, autocommit). SQLite has no row locks: the statement takes the
-database's single write lock when it starts, which serialises claims.
+Where the database skips locked rows (``Dialect.skip_locked``: PostgreSQL) the inner
+SELECT passes over rows other workers hold, so claims never wait on each other (READ
+COMMITTED, autocommit). SQLite has no row locks: the statement takes the database's single
+write lock when it starts, which serialises claims.
 
 The statement is written out once per database and number of queues (``_claim_sql``), not
 built by the ORM at every claim: compiling it cost the worker more CPU than running it
@@ -26,6 +27,7 @@ from django.db import DatabaseError, connections, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf, ratelimits
+from django_outbox.db import dialect, named
 from django_outbox.jobs.returning import column, returned_values
 from django_outbox.models import Job, JobStatus
 from django_outbox.ratelimits import Rate
@@ -263,7 +265,7 @@ def _run_claim(
     ]
     if running_limit is not None:
         params += [running_limit, queues[0]]
-    sql = _claim_sql(connection.vendor, connection.alias, len(queues), running_limit is not None)
+    sql = _claim_sql(connection.alias, len(queues), running_limit is not None)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
@@ -282,14 +284,15 @@ def _claim_limited(
     """Claim from a queue that may run at most ``most`` jobs at once, everywhere.
 
     The statement counts the queue's running jobs and claims no more than the difference.
-    Two such statements must not count at the same time: on PostgreSQL they run in a
-    transaction holding the queue's advisory lock (only claims of this queue wait for it);
-    SQLite runs one writing statement at a time anyway.
+    Two such statements must not count at the same time: they run in a transaction holding
+    the queue's lock where the database has one (``Dialect.queue_lock``: only claims of
+    this queue wait for it); SQLite runs one writing statement at a time anyway.
     """
     with transaction.atomic(using=connection.alias):
-        if connection.vendor == "postgresql":
+        lock = dialect(connection.alias).queue_lock(LOCK_CLASS, _key(queue))
+        if lock is not None:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_CLASS, _key(queue)])
+                cursor.execute(named("claim-lock", lock[0]), lock[1])
         return _run_claim(
             connection, worker_id, [queue], limit, lease_seconds, backend, now, running_limit=most
         )
@@ -318,45 +321,38 @@ def next_due(queues: list[str], backend: str = "default") -> datetime | None:
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(vendor: str, alias: str, queue_count: int, limited: bool = False) -> str:
+def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     """The claim for ``queue_count`` queues on the database ``alias``, built once.
 
     The inner SELECT is ``Job.objects.due(…)`` with ``select_for_update(skip_locked=True)``
-    spelled by the backend's own ``for_update_sql()`` (Django refuses to compile
-    ``select_for_update()`` outside a transaction even as the subquery of one autocommit
-    UPDATE, and a transaction would add a BEGIN and a COMMIT round trip to every claim).
-    Statuses are literals, not parameters, so the partial indexes match under any binding.
+    spelled by the dialect (Django refuses to compile ``select_for_update()`` outside a
+    transaction even as the subquery of one autocommit UPDATE, and a transaction would add
+    a BEGIN and a COMMIT round trip to every claim). Statuses are literals, not parameters,
+    so the partial indexes match under any binding.
     """
-    connection = connections[alias]
-    quote = connection.ops.quote_name
+    quote = connections[alias].ops.quote_name
+    sql = dialect(alias)
     table = quote(Job._meta.db_table)
-    if vendor == "postgresql":
-        append = "worker_ids || jsonb_build_array(%s::text)"
-    else:
-        append = "json_insert(worker_ids, '$[#]', %s)"
-    lock = ""
-    if connection.features.has_select_for_update_skip_locked:
-        lock = " " + connection.ops.for_update_sql(skip_locked=True)
     queues = ", ".join(["%s"] * queue_count)
     limit = "%s"
     if limited:
         # No more than the queue's limit minus its running jobs (never below zero).
-        least, greatest = ("LEAST", "GREATEST") if vendor == "postgresql" else ("MIN", "MAX")
         limit = (
-            f"(SELECT {greatest}(0, {least}(%s, %s - COUNT(*))) FROM {table} "
+            f"(SELECT {sql.greatest('0', sql.least('%s', '%s - COUNT(*)'))} FROM {table} "
             f"WHERE status = '{JobStatus.RUNNING.value}' AND queue = %s)"
         )
-    # PostgreSQL: "= ANY(ARRAY(…))" runs the locking SELECT first, then updates its rows by
-    # primary key; with "IN (SELECT …)" the planner may hash-join the whole table instead.
-    among = "= ANY(ARRAY(" if vendor == "postgresql" else "IN ("
-    close = "))" if vendor == "postgresql" else ")"
+    due = (
+        f"SELECT id FROM {table} WHERE status = '{JobStatus.QUEUED.value}' "
+        f"AND queue IN ({queues}) AND run_at <= %s AND backend = %s "
+        f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}{sql.skip_locked_suffix()}"
+    )
     returning = ", ".join(quote(column(Job, name)) for name in RETURNED_FIELDS)
-    return (
+    append = sql.json_append_text("worker_ids", "%s")
+    return named(
+        "claim",
         f"UPDATE {table} SET status = '{JobStatus.RUNNING.value}', worker_id = %s, "
         "lease_until = %s, attempts = attempts + 1, started_at = COALESCE(started_at, %s), "
         f"last_attempted_at = %s, worker_ids = {append} "
-        f"WHERE id {among}SELECT id FROM {table} WHERE status = '{JobStatus.QUEUED.value}' "
-        f"AND queue IN ({queues}) AND run_at <= %s AND backend = %s "
-        f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}{lock}{close} "
-        f"RETURNING {returning}"
+        f"WHERE {sql.id_in_subquery('id', due)} "
+        f"RETURNING {returning}",
     )

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from django_outbox import conf, telemetry
 from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
-from django_outbox.db import dialect
+from django_outbox.db import dialect, named
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.observers import heard
@@ -181,11 +181,12 @@ def enqueue_select(
         ]
         columns = [*(str(field.column) for field in fields), "args", "dedup_key", "token"]  # type: ignore[union-attr]
         returning = f" RETURNING {quote('id')}, {quote('token')}, CAST({quote('args')} AS TEXT)"
-        sql = (
+        sql = named(
+            "enqueue-select",
             f"INSERT INTO {quote(Job._meta.db_table)} ({', '.join(map(quote, columns))}) "
             f"SELECT {', '.join(['%s'] * len(values))}, {args_sql}, {dedup_key_sql}, "
             f"{dialect(using).random_token(TOKEN_MAX)} {source_sql}"
-            f"{returning if heard_by_someone else ''}"
+            f"{returning if heard_by_someone else ''}",
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, [*values, *params])
@@ -245,10 +246,11 @@ def _insert_unique(job: Job, key: str) -> TaskResult | None:
     fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
     columns = ", ".join(quote(str(field.column)) for field in fields)
     values = [field.get_db_prep_save(getattr(job, field.attname), connection) for field in fields]
-    sql = (
-        f"INSERT INTO {quote(Job._meta.db_table)} ({columns}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING "
-        f"RETURNING {quote('id')}"
+    sql = named(
+        "enqueue-unique",
+        dialect(using).insert_unless_conflicting(
+            quote(Job._meta.db_table), columns, len(fields), quote("id")
+        ),
     )
     for _ in range(UNIQUE_TRIES):
         with connection.cursor() as cursor:

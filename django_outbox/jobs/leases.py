@@ -53,6 +53,7 @@ def heartbeat(worker_id: str, lease_seconds: float) -> Renewed:
     to stop, in one statement."""
     now = timezone.now()
     rows = update_returning(
+        "heartbeat",
         Job.objects.using(router.db_for_write(Job)).filter(
             status=JobStatus.RUNNING, worker_id=worker_id
         ),
@@ -110,6 +111,7 @@ def rescue_expired() -> Rescued:
     asked_to_stop = Q(cancel_requested_at__isnull=False)
     ends = last_attempt | asked_to_stop
     rows = update_returning(
+        "rescue",
         Job.objects.using(router.db_for_write(Job)).expired_leases(now),
         {
             "status": Case(

@@ -14,17 +14,20 @@ from django.db import connections
 from django.db.models import Field, JSONField, Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
+from django_outbox.db import named
+
 
 def update_returning(
-    queryset: QuerySet[Any], values: dict[str, Any], returning: Sequence[str]
+    name: str, queryset: QuerySet[Any], values: dict[str, Any], returning: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Apply ``values`` to the rows of ``queryset`` in one statement; return, for each row
-    changed, the fields named in ``returning`` (after the change), in no particular order."""
+    """Apply ``values`` to the rows of ``queryset`` in one statement (named ``name``, see
+    ``django_outbox.db.named``); return, for each row changed, the fields named in
+    ``returning`` (after the change), in no particular order."""
     connection = connections[queryset.db]
     sql, params = update_sql(queryset, values)
     columns = ", ".join(connection.ops.quote_name(column(queryset.model, n)) for n in returning)
     with connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {columns}", params)
+        cursor.execute(named(name, f"{sql} RETURNING {columns}"), params)
         rows = cursor.fetchall()
     decode = returned_rows(connection, queryset.model, returning)
     return [decode(row) for row in rows]
@@ -59,7 +62,7 @@ def returned_rows(connection: Any, model: type[Model], names: Sequence[str]) -> 
 def returned_values(connection: Any, model: type[Model], names: Sequence[str]) -> Any:
     """A function turning one returned row of the columns of ``names`` into a list of
     Python values in the same order, as the ORM would (cached: a claim asks for it)."""
-    key = (connection.alias, connection.vendor, model, tuple(names))
+    key = (connection.alias, model, tuple(names))
     decode = _decoders.get(key)
     if decode is None:
         decode = _decoders[key] = _row_decoder(

@@ -3,8 +3,8 @@
 The statement reads the bucket's row, computes what to give from the old values and writes
 the new ones, all at once: concurrent requests queue on the row's lock (PostgreSQL) or the
 database's write lock (SQLite) for the length of one statement, never a transaction.
-PostgreSQL's clock (``statement_timestamp()``) times every worker alike, whichever machine
-it runs on; SQLite serves one machine, whose clock is used.
+A database server's clock (``Dialect.epoch_seconds``) times every worker alike, whichever
+machine it runs on; SQLite serves one machine, whose clock is used.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connections, router
 
+from django_outbox.db import dialect, named
 from django_outbox.lib.rate import Rate
 from django_outbox.models import RateBucket
 
@@ -33,7 +34,11 @@ class DatabaseStore:
         table = connection.ops.quote_name(RateBucket._meta.db_table)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {table} SET tat = tat - %s WHERE {connection.ops.quote_name('key')} = %s",
+                named(
+                    "rate-give-back",
+                    f"UPDATE {table} SET tat = tat - %s "
+                    f"WHERE {connection.ops.quote_name('key')} = %s",
+                ),
                 [count * rate.interval, key],
             )
 
@@ -46,40 +51,43 @@ class DatabaseStore:
             "capacity": rate.capacity,
             "burst": rate.burst,
         }
-        if connection.vendor != "postgresql":
+        if not dialect(connection.alias).server_clock:
             params["now"] = time.time()
         with connection.cursor() as cursor:
-            cursor.execute(_sql(connection.alias, connection.vendor, kind), params)
+            cursor.execute(_sql(connection.alias, kind), params)
             row: tuple[Any, ...] = cursor.fetchone()
         return row
 
 
 @lru_cache(maxsize=16)
-def _sql(alias: str, vendor: str, kind: str) -> str:
+def _sql(alias: str, kind: str) -> str:
     quote = connections[alias].ops.quote_name
+    sql = dialect(alias)
     table = quote(RateBucket._meta.db_table)
     key = quote("key")
-    if vendor == "postgresql":
-        now = "EXTRACT(EPOCH FROM statement_timestamp())::float8"
-        most, least, cast = "GREATEST", "LEAST", "::float8"
-    else:
-        now, most, least, cast = "%(now)s", "MAX", "MIN", ""
+    now = sql.epoch_seconds() if sql.server_clock else "%(now)s"
+    real = sql.real
     old = f"{table}.tat"
-    base = f"{most}({old}, {now})"
+    base = sql.greatest(old, now)
     if kind == "take":
         # As many as the bucket holds now, up to what was asked. Times are seconds since
         # the epoch, exact to about 0.2 µs: the 0.01 of a token absorbs that rounding, so
         # a bucket refilled to exactly one token gives it (hence MAX_RATE in conf).
-        room = f"FLOOR(({now} + %(capacity)s{cast} - {base}) / %(interval)s{cast} + 0.01)"
-        grant = f"{most}(0, {least}(%(wanted)s, {room}))"
-        first = f"{least}(%(wanted)s, %(burst)s)"
+        room = f"FLOOR(({now} + {real('%(capacity)s')} - {base}) / {real('%(interval)s')} + 0.01)"
+        grant = sql.greatest("0", sql.least("%(wanted)s", room))
+        first = sql.least("%(wanted)s", "%(burst)s")
     else:  # reserve: one token, always; the caller waits for its turn
         grant = "1"
         first = "1"
-    return (
-        f"INSERT INTO {table} ({key}, tat, granted) "
-        f"VALUES (%(key)s, {now} + {first} * %(interval)s{cast}, {first}) "
-        f"ON CONFLICT ({key}) DO UPDATE SET granted = {grant}, "
-        f"tat = {base} + {grant} * %(interval)s{cast} "
-        f"RETURNING granted, tat, {now}"
+    interval = real("%(interval)s")
+    return named(
+        f"rate-{kind}",
+        sql.upsert(
+            table,
+            [key, "tat", "granted"],
+            ["%(key)s", f"{now} + {first} * {interval}", first],
+            [key],
+            [("granted", grant), ("tat", f"{base} + {grant} * {interval}")],
+        )
+        + f" RETURNING granted, tat, {now}",
     )

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections
 
 from django_outbox.compat import Task
-from django_outbox.db import dialect
+from django_outbox.db import dialect, named
 from django_outbox.jobs.enqueue import enqueue_select
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, JobStatus
 
@@ -42,11 +42,12 @@ def insert_deliveries(
     else:
         where = f"e.id IN ({', '.join(['%s'] * len(endpoint_ids))})"
         params += list(endpoint_ids)
-    sql = (
+    sql = named(
+        "fan-out",
         f"INSERT INTO {quote(Delivery._meta.db_table)} "
         "(message_id, endpoint_id, status, attempts, next_attempt_at, created_at) "
         f"SELECT %s, e.id, %s, 0, %s, %s FROM {quote(Endpoint._meta.db_table)} e "
-        f"WHERE e.active = %s AND {where}"
+        f"WHERE e.active = %s AND {where}",
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -69,14 +70,16 @@ def insert_jobs(
         only = f" AND d.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})"
         params += list(endpoint_ids)
     params += [DEDUP_PREFIX, JobStatus.QUEUED.value, JobStatus.RUNNING.value]
+    sql = dialect(using)
+    dedup_key = sql.concat("%s", "CAST(d.id AS TEXT)")
     return enqueue_select(
         task,
-        args_sql=dialect(using).json_array_of("d.id"),
-        dedup_key_sql="%s || CAST(d.id AS TEXT)",
+        args_sql=sql.json_array_of("d.id"),
+        dedup_key_sql=dedup_key,
         source_sql=(
             f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
             f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
-            "WHERE j.dedup_key = %s || CAST(d.id AS TEXT) AND j.status IN (%s, %s))"
+            f"WHERE j.dedup_key = {dedup_key} AND j.status IN (%s, %s))"
         ),
         params=params,
         now=now,

@@ -18,9 +18,10 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_outbox import conf
-from django_outbox.jobs.inserts import insert_rows
+from django_outbox.db import dialect, named
+from django_outbox.db.inserts import insert_rows
+from django_outbox.db.rowvalues import among, per_row
 from django_outbox.jobs.returning import update_returning
-from django_outbox.jobs.rowvalues import among, per_row
 from django_outbox.lib import text
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour
 from django_outbox.webhooks import signals
@@ -96,7 +97,7 @@ def store(records: list[Record]) -> Callable[[], None]:
     commits: the endpoints' health and the signals."""
     now = timezone.now()
     sent = [r for r in records if r.number is not None and r.response is not None]
-    ids = insert_rows(Attempt, _ATTEMPT_FIELDS, [_attempt_row(r) for r in sent])
+    ids = insert_rows("attempt-log", Attempt, _ATTEMPT_FIELDS, [_attempt_row(r) for r in sent])
     _update_deliveries(records)
     tally(records)
 
@@ -117,7 +118,7 @@ def store(records: list[Record]) -> Callable[[], None]:
 
 def _update_deliveries(records: Sequence[Record]) -> None:
     """One UPDATE of the batch's deliveries (written out, not compiled by the ORM: see
-    jobs/inserts.py)."""
+    db/inserts.py)."""
     using = router.db_for_write(Delivery)
     connection = connections[using]
     quote = connection.ops.quote_name
@@ -154,7 +155,10 @@ def _update_deliveries(records: Sequence[Record]) -> None:
         where_params += values["attempts"].params
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} WHERE {where}",
+            named(
+                "delivery-update",
+                f"UPDATE {quote(Delivery._meta.db_table)} SET {assignments} WHERE {where}",
+            ),
             [*params, *where_params],
         )
 
@@ -181,15 +185,14 @@ def tally(records: Sequence[Record]) -> None:
     params: list[Any] = []
     for (endpoint_id, hour), (attempts, succeeded) in rows:
         params += [endpoint_id, connection.ops.adapt_datetimefield_value(hour), attempts, succeeded]
-    values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+    sql = dialect(using).upsert_adding(
+        table,
+        ["endpoint_id", "hour", "attempts", "succeeded"],
+        len(rows),
+        ["attempts", "succeeded"],
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (endpoint_id, hour, attempts, succeeded) VALUES {values} "
-            "ON CONFLICT (endpoint_id, hour) DO UPDATE SET "
-            f"attempts = {table}.attempts + excluded.attempts, "
-            f"succeeded = {table}.succeeded + excluded.succeeded",
-            params,
-        )
+        cursor.execute(named("hour-tally", sql), params)
 
 
 def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[Endpoint, str]]:
@@ -250,6 +253,7 @@ def _update_endpoints(records: Sequence[Record], now: datetime) -> list[tuple[En
 
 def _disable(endpoints: object, reason: str, now: datetime) -> list[tuple[Endpoint, str]]:
     rows = update_returning(
+        "endpoint-disable",
         endpoints.using(router.db_for_write(Endpoint)),  # type: ignore[attr-defined]
         {"active": False, "disabled_reason": reason, "disabled_at": now},
         ["id"],

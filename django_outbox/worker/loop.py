@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_outbox import conf
+from django_outbox.db import dialect
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
@@ -435,8 +436,8 @@ class Worker:
 
 def describe_database(alias: str) -> str:
     """``alias`` (vendor NAME), e.g. ``default (postgresql test)``."""
-    connection = connections[alias]
-    return f"{alias} ({connection.vendor} {connection.settings_dict.get('NAME')})"
+    name = connections[alias].settings_dict.get("NAME")
+    return f"{alias} ({dialect(alias).vendor} {name})"
 
 
 def describe_settings() -> str:

@@ -13,16 +13,15 @@ from typing import Any
 from django.db import connections, router
 from django.db.models import Model
 
-from django_outbox.db import dialect
-from django_outbox.jobs.returning import column
-from django_outbox.jobs.rowvalues import any_array_literal
+from django_outbox.db import dialect, named
+from django_outbox.db.rowvalues import any_array_literal
 
 
 def insert_rows(
-    model: type[Model], names: Sequence[str], rows: Sequence[Sequence[Any]]
+    name: str, model: type[Model], names: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> list[int]:
-    """Insert ``rows`` (values in the order of the field ``names``) in one statement;
-    returns the new primary keys, in the order of ``rows``."""
+    """Insert ``rows`` (values in the order of the field ``names``) in one statement (named
+    ``name``); returns the new primary keys, in the order of ``rows``."""
     if not rows:
         return []
     connection = connections[router.db_for_write(model)]
@@ -36,11 +35,9 @@ def insert_rows(
         for row in rows
     ]
     assert model._meta.pk is not None
-    pk = quote(column(model, model._meta.pk.name))
-    into = (
-        f"INSERT INTO {quote(model._meta.db_table)} "
-        f"({', '.join(quote(column(model, name)) for name in names)}) "
-    )
+    pk = quote(str(model._meta.pk.column))
+    columns = [quote(str(field.column)) for field in fields]  # type: ignore[union-attr]
+    into = f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(columns)}) "
     params: list[Any] = []
     if dialect(connection.alias).array_parameters:
         # One array per column: the same statement text for any number of rows, which
@@ -54,7 +51,7 @@ def insert_rows(
         sql = f"{into}VALUES {', '.join([placeholders] * len(rows))} RETURNING {pk}"
         params = [value for row in prepared for value in row]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(named(name, sql), params)
         # Both databases return the inserted rows in the order given (bulk_create relies on
         # it too).
         return [row[0] for row in cursor.fetchall()]
