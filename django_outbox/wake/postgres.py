@@ -26,6 +26,7 @@ import psycopg
 from django.db import connections
 from psycopg import sql
 
+from django_outbox.db import named
 from django_outbox.wake.base import Sender, Statement, Wake, Waker
 
 logger = logging.getLogger("django_outbox.wake")
@@ -73,7 +74,7 @@ class PostgresSender(Sender):
         calls = ", ".join(["pg_notify(%s, %s)"] * len(queues))
         params = [p for q, due in queues.items() for p in (channel_for(q), payload_for(q, due))]
         with connections[self.using].cursor() as cursor:
-            cursor.execute(f"SELECT {calls}", params)
+            cursor.execute(named("wake", f"SELECT {calls}"), params)
 
 
 def plain_params(using: str) -> dict[str, Any]:
