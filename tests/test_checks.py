@@ -1,10 +1,12 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from django_outbox import checks as checks_module
 from django_outbox import conf
 from django_outbox.checks import sqlite_checks
 from django_outbox.compat import task_backends
@@ -282,3 +284,29 @@ def test_every_setting_is_declared_with_a_doc_line_and_a_default_that_passes_its
     written = dataclasses.asdict(conf.OutboxSettings())
     assert conf.settings_errors(written) == []
     assert rules.build(conf.OutboxSettings, written) == conf.OutboxSettings()
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+#: Where each nested group's keys are documented (settings.md documents OUTBOX's own).
+GROUP_PAGES = {
+    "WebhookSettings": "webhooks.md",
+    "RetentionSettings": "retention.md",
+    "QueueSettings": "limits.md",
+    "HealthSettings": "health.md",
+}
+
+
+def test_the_docs_name_every_setting_and_every_check_id():
+    settings_page = (DOCS / "settings.md").read_text()
+    for name in rules.declared(conf.OutboxSettings):
+        assert f"\n| `{name}` |" in settings_page, name  # a row of the OUTBOX table
+    nested = declared_groups()[1:]
+    assert set(GROUP_PAGES) == {g.__name__ for g in nested}
+    for group in nested:
+        page = (DOCS / GROUP_PAGES[group.__name__]).read_text()
+        for name in rules.declared(group):
+            assert f"`{name}`" in page or f'"{name}"' in page, (group.__name__, name)
+    for where, check_id in conf.check_ids().items():
+        # The checks module's docstring and the settings page's table of ids list each.
+        assert f"\n{check_id.removeprefix('django_outbox.')}  " in checks_module.__doc__
+        assert f"\n| `{check_id}` | `{where}`" in settings_page, check_id
