@@ -1,12 +1,23 @@
 """System checks, each with a stable id.
 
-E001  the OUTBOX setting is invalid
+E001  OUTBOX is not a dict, has an unknown key, or a top-level value is wrong (a number
+      out of bounds, an unknown WAKE …), or two of them disagree (HEARTBEAT_SECONDS not
+      below LEASE_SECONDS, BACKOFF_CAP below BACKOFF_BASE, WEBHOOKS' TIMEOUT not below
+      LEASE_SECONDS)
 E002  OUTBOX["WAKE"] = "postgres" while the jobs' database is not PostgreSQL
 E003  OUTBOX["WAKE"] = "redis" without a django-redis cache named OUTBOX["REDIS_ALIAS"]
-E004  a schedule of OUTBOX["SCHEDULES"] is invalid (cron, task path, time zone, arguments)
+E004  OUTBOX["SCHEDULES"] is not a dict, or a schedule in it is invalid (cron, task path,
+      time zone, arguments)
+E005  OUTBOX["WEBHOOKS"] is invalid (not a dict, an unknown key, a wrong value)
+E006  OUTBOX["QUEUES"] is invalid: a queue's concurrency, rate or burst
+E007  OUTBOX["RETENTION"] is invalid (not None nor a dict, an unknown key, a wrong value)
+E008  OUTBOX["HEALTH"] is invalid (not a dict, an unknown key, a wrong value)
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
+
+The settings' ids (E001, E004's "not a dict", E005 to E008) are declared with their groups in
+``django_outbox.conf``, which says which problem is whose.
 """
 
 from __future__ import annotations
@@ -40,15 +51,15 @@ def _sqlite_hint(alias: str, key: str, value: str) -> str:
 @checks.register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [
-        checks.Error(message, id="django_outbox.E001", obj="settings.OUTBOX")
-        for message in conf.settings_errors(getattr(settings, "OUTBOX", {}))
+        checks.Error(problem.message, id=problem.check_id, obj="settings.OUTBOX")
+        for problem in conf.problems(getattr(settings, "OUTBOX", {}))
     ]
 
 
 @checks.register()
 def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     if conf.settings_errors(getattr(settings, "OUTBOX", {})):
-        return []  # E001 says what is wrong first
+        return []  # check_settings says what is wrong first
     from django.db import router
 
     from django_outbox.db import dialect
@@ -83,11 +94,11 @@ def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
 @checks.register()
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     if conf.settings_errors(getattr(settings, "OUTBOX", {})):
-        return []  # E001 says what is wrong first
+        return []  # check_settings says what is wrong first
     from django_outbox import schedules
 
     return [
-        checks.Error(message, id="django_outbox.E004", obj="settings.OUTBOX")
+        checks.Error(message, id=conf.check_id("SCHEDULES"), obj="settings.OUTBOX")
         for message in schedules.problems(conf.get().SCHEDULES)
     ]
 

@@ -281,10 +281,10 @@ SETTINGS: list[tuple[str, dict[str, Any], str, str]] = [
     ("MAX_ARGUMENTS_BYTES of 0", {"MAX_ARGUMENTS_BYTES": 0}, "django_outbox.E001",
      "OUTBOX['MAX_ARGUMENTS_BYTES'] must be a whole number greater than 0 and at most "
      "67,108,864, not 0."),
-    ("a webhook timeout as text", {"WEBHOOKS": {"TIMEOUT": "x"}}, "django_outbox.E001",
+    ("a webhook timeout as text", {"WEBHOOKS": {"TIMEOUT": "x"}}, "django_outbox.E005",
      "OUTBOX['WEBHOOKS']['TIMEOUT'] must be a number greater than 0 and at most 600, not 'x'."),
     ("MAX_PAYLOAD_BYTES as text", {"WEBHOOKS": {"MAX_PAYLOAD_BYTES": "1 MB"}},
-     "django_outbox.E001", "OUTBOX['WEBHOOKS']['MAX_PAYLOAD_BYTES'] must be a whole number"),
+     "django_outbox.E005", "OUTBOX['WEBHOOKS']['MAX_PAYLOAD_BYTES'] must be a whole number"),
     ("WAKE unknown", {"WAKE": "carrier-pigeon"}, "django_outbox.E001",
      "OUTBOX['WAKE'] must be one of auto, postgres, redis, poll, not 'carrier-pigeon'."),
     ("a schedule that is not a dict", {"SCHEDULES": {"nightly": "0 3 * * *"}},

@@ -1,11 +1,16 @@
+import dataclasses
+from pathlib import Path
+
 import pytest
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from django_outbox import checks as checks_module
 from django_outbox import conf
 from django_outbox.checks import sqlite_checks
 from django_outbox.compat import task_backends
+from django_outbox.conf import rules
 
 pytestmark = pytest.mark.django_db  # model checks ask SQLite about JSON support
 
@@ -21,7 +26,9 @@ GOOD_SQLITE = {
 
 
 def outbox_errors():
-    return [m for m in checks.run_checks() if m.id == "django_outbox.E001"]
+    """The errors of the settings checks: E001, E004 to E008 (E002 and E003, the wake-up
+    checks, come only once the settings are valid)."""
+    return [m for m in checks.run_checks() if m.id.startswith("django_outbox.E")]
 
 
 @pytest.mark.parametrize(
@@ -183,3 +190,123 @@ def test_wake_modes_that_cannot_work_here_are_errors():
     with override_settings(OUTBOX={"WAKE": "sometimes"}):
         assert "OUTBOX['WAKE'] must be one of auto, postgres, redis, poll" in outbox_errors()[0].msg
     assert wake_errors() == []
+
+
+# Each group of settings has its own check id, declared with the group in conf.
+
+GROUP_CASES = [
+    ("OUTBOX", {"POLL_INTERVAL": 0}, "django_outbox.E001"),
+    ("OUTBOX", {"WAKE": "pg"}, "django_outbox.E001"),
+    ("OUTBOX", {"POLL": 1}, "django_outbox.E001"),
+    ("OUTBOX", {"HEARTBEAT_SECONDS": 30}, "django_outbox.E001"),  # not below LEASE_SECONDS
+    ("OUTBOX['SCHEDULES']", {"SCHEDULES": ["nightly"]}, "django_outbox.E004"),
+    ("OUTBOX['SCHEDULES']", {"SCHEDULES": {"n": {"cron": "0 3 * * *"}}}, "django_outbox.E004"),
+    ("OUTBOX['WEBHOOKS']", {"WEBHOOKS": []}, "django_outbox.E005"),
+    ("OUTBOX['WEBHOOKS']", {"WEBHOOKS": {"TIMEOUT": 0}}, "django_outbox.E005"),
+    ("OUTBOX['QUEUES']", {"QUEUES": ["reports"]}, "django_outbox.E006"),
+    ("OUTBOX['QUEUES']", {"QUEUES": {"q": {"rate": 0}}}, "django_outbox.E006"),
+    ("OUTBOX['QUEUES']", {"QUEUES": {"q": {"burst": 3}}}, "django_outbox.E006"),  # no rate
+    ("OUTBOX['RETENTION']", {"RETENTION": {"OLDER_THAN": "soon"}}, "django_outbox.E007"),
+    ("OUTBOX['HEALTH']", {"HEALTH": {"MIN_FINISHED": 0}}, "django_outbox.E008"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("group", "outbox", "check_id"), GROUP_CASES)
+def test_a_bad_value_is_reported_under_its_groups_own_check_id(group, outbox, check_id):
+    with override_settings(OUTBOX=outbox):
+        found = [m.id for m in checks.run_checks() if m.id.startswith("django_outbox.")]
+    assert found and set(found) == {check_id}
+    assert conf.check_ids()[group] == check_id
+
+
+def test_every_group_of_settings_has_a_check_id_and_a_case_above():
+    ids = conf.check_ids()
+    assert {group for group, _, _ in GROUP_CASES} == set(ids)
+    assert len(set(ids.values())) == len(ids)  # one group, one id
+    assert conf.check_id("SCHEDULES") == "django_outbox.E004"  # the schedules' check uses it
+    assert conf.check_id("POLL_INTERVAL") == "django_outbox.E001"
+
+
+GOOD_EVERYWHERE = {
+    "POLL_INTERVAL": 2,
+    "WAKE": "poll",
+    "WEBHOOKS": {"TIMEOUT": 10, "ALLOWED_NETWORKS": ["10.0.0.0/8"], "RETRY_SCHEDULE": [0, 5]},
+    "QUEUES": {"reports": {"concurrency": 2}, "emails": {"rate": 5, "burst": 10}},
+    "RETENTION": {"OLDER_THAN": "2w", "STATUSES": ["succeeded"]},
+    "HEALTH": {"QUEUES": ["default"], "TOKEN": "t" * 16, "MAX_FAILURE_RATE": 0},
+    "SCHEDULES": {"nightly": {"task": "tests.tasks.noop", "cron": "0 3 * * *"}},
+}
+
+
+def test_a_good_value_in_every_group_yields_no_check_message():
+    with override_settings(OUTBOX=GOOD_EVERYWHERE):
+        assert [m for m in checks.run_checks() if m.id.startswith("django_outbox.")] == []
+        settings = conf.get()
+    # Coerced to the declared types: tuples from lists, floats from ints.
+    assert settings.WEBHOOKS.RETRY_SCHEDULE == (0, 5) and settings.POLL_INTERVAL == 2.0
+    assert isinstance(settings.POLL_INTERVAL, float)
+    assert settings.WEBHOOKS.ALLOWED_NETWORKS == ("10.0.0.0/8",)
+    assert settings.QUEUES["emails"].rate == 5.0 and settings.QUEUES["reports"].concurrency == 2
+    assert settings.RETENTION is not None and settings.RETENTION.STATUSES == ("succeeded",)
+    assert settings.HEALTH.QUEUES == ("default",) and settings.HEALTH.MAX_FAILURE_RATE == 0.0
+
+
+def declared_groups(group=conf.OutboxSettings):
+    """Every group of settings, OUTBOX's first, then those nested in it."""
+    found = [group]
+    for declaration in rules.declared(group).values():
+        if isinstance(declaration.rule, rules.Group | rules.ByName):
+            found += declared_groups(declaration.rule.group)
+    return found
+
+
+def test_every_setting_is_declared_with_a_doc_line_and_a_default_that_passes_its_rule():
+    groups = declared_groups()
+    assert {g.__name__ for g in groups} == {
+        "OutboxSettings", "WebhookSettings", "RetentionSettings", "QueueSettings", "HealthSettings"
+    }  # fmt: skip
+    for group in groups:
+        declarations = rules.declared(group)
+        # Every field is a declared setting: none slips past validation.
+        assert list(declarations) == [f.name for f in dataclasses.fields(group)]
+        defaults = group()
+        for name, declaration in declarations.items():
+            doc = declaration.doc
+            assert doc.strip() and "\n" not in doc and len(doc) <= 90, (group, name)
+            default = getattr(defaults, name)
+            if dataclasses.is_dataclass(default):
+                default = dataclasses.asdict(default)
+            if default is None:  # not set (a queue's limits, RETENTION)
+                continue
+            assert declaration.rule.problems(default, name, "x") == [], (group, name)
+    # All the defaults together, as a user would write them, are valid and read back as
+    # themselves.
+    written = dataclasses.asdict(conf.OutboxSettings())
+    assert conf.settings_errors(written) == []
+    assert rules.build(conf.OutboxSettings, written) == conf.OutboxSettings()
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+#: Where each nested group's keys are documented (settings.md documents OUTBOX's own).
+GROUP_PAGES = {
+    "WebhookSettings": "webhooks.md",
+    "RetentionSettings": "retention.md",
+    "QueueSettings": "limits.md",
+    "HealthSettings": "health.md",
+}
+
+
+def test_the_docs_name_every_setting_and_every_check_id():
+    settings_page = (DOCS / "settings.md").read_text()
+    for name in rules.declared(conf.OutboxSettings):
+        assert f"\n| `{name}` |" in settings_page, name  # a row of the OUTBOX table
+    nested = declared_groups()[1:]
+    assert set(GROUP_PAGES) == {g.__name__ for g in nested}
+    for group in nested:
+        page = (DOCS / GROUP_PAGES[group.__name__]).read_text()
+        for name in rules.declared(group):
+            assert f"`{name}`" in page or f'"{name}"' in page, (group.__name__, name)
+    for where, check_id in conf.check_ids().items():
+        # The checks module's docstring and the settings page's table of ids list each.
+        assert f"\n{check_id.removeprefix('django_outbox.')}  " in checks_module.__doc__
+        assert f"\n| `{check_id}` | `{where}`" in settings_page, check_id
