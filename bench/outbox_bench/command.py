@@ -19,9 +19,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.test.utils import override_settings
 
-from django_outbox.bench import ceiling, runworker_report, wakeups
-from django_outbox.bench.arguments import names, whole_numbers
-from django_outbox.bench.drain import (
+from django_outbox.management.commands.runworker import batch_size, positive_int
+from django_outbox.management.commands.runworker import seconds as seconds_arg
+from django_outbox.migrated import require_migrated
+from outbox_bench import ceiling, runworker_report, wakeups
+from outbox_bench.arguments import names, whole_numbers
+from outbox_bench.drain import (
     DrainError,
     DrainFigures,
     check_worker_dir,
@@ -29,11 +32,8 @@ from django_outbox.bench.drain import (
     drain,
     worker_package,
 )
-from django_outbox.bench.peers import PeerError, all_peers
-from django_outbox.bench.peers.base import IDLE_SETTLE_SECONDS
-from django_outbox.management.commands.runworker import batch_size, positive_int
-from django_outbox.management.commands.runworker import seconds as seconds_arg
-from django_outbox.migrated import require_migrated
+from outbox_bench.peers import PeerError, all_peers
+from outbox_bench.peers.base import IDLE_SETTLE_SECONDS
 
 
 class Command(BaseCommand):
@@ -246,7 +246,7 @@ class Command(BaseCommand):
         finally:
             logger.setLevel(previous)
         if charts is not None:
-            from django_outbox.bench.plots import plot
+            from outbox_bench.plots import plot
 
             self.stdout.write(f"chart drawn to {plot(self.results, charts)}")
         if out is not None:
@@ -434,7 +434,7 @@ class Command(BaseCommand):
     def peer_rows(self, options: dict[str, Any], measure: str) -> list[tuple[str, Any]]:
         """``measure`` ("latency" or "idle") for the raw-SQL ceiling and each installed
         peer: (name, figures), or (name, why there are none)."""
-        from django_outbox.bench import ceiling
+        from outbox_bench import ceiling
 
         if not options["peers"]:
             return []
@@ -473,7 +473,7 @@ class Command(BaseCommand):
         return rows
 
     def dashboard(self, options: dict[str, Any]) -> None:
-        from django_outbox.bench import dashboard
+        from outbox_bench import dashboard
 
         dashboard.clean()
         try:
@@ -495,7 +495,7 @@ class Command(BaseCommand):
             dashboard.clean()
 
     def fanout(self, options: dict[str, Any]) -> None:
-        from django_outbox.bench import fanout, webhooks
+        from outbox_bench import fanout, webhooks
 
         write = self.stdout.write
         write(f"outbox_bench fanout, {connection.vendor}")
@@ -523,7 +523,7 @@ class Command(BaseCommand):
             )
 
     def retry_storm(self, options: dict[str, Any]) -> None:
-        from django_outbox.bench.storm import storm
+        from outbox_bench.storm import storm
 
         self.stdout.write(
             f"outbox_bench retry-storm, {connection.vendor}: {options['jobs']} jobs want one row "
@@ -610,7 +610,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  {name:<16}{'-':>26}{cells}")
 
     def webhooks(self, options: dict[str, Any]) -> None:
-        from django_outbox.bench import webhooks
+        from outbox_bench import webhooks
 
         write = self.stdout.write
         write(f"outbox_bench webhooks, {connection.vendor}")
@@ -644,7 +644,7 @@ class Command(BaseCommand):
     def webhook_rounds(self, options: dict[str, Any]) -> None:
         """The throughput and the plain-HTTP ceilings, interleaved ``--rounds`` times; with
         both, each ceiling's ratio to the throughput (medians)."""
-        from django_outbox.bench import http_ceiling, webhooks
+        from outbox_bench import http_ceiling, webhooks
 
         write = self.stdout.write
         shape = (options["deliveries"], options["processes"], options["concurrency"])

@@ -1,6 +1,6 @@
 """The webhook benchmarks: delivery throughput, a retry burst, and the fan-out sweep.
 
-Everything is sent to a local receiver (``bench.receiver``) on 127.0.0.1, which the
+Everything is sent to a local receiver (``outbox_bench.receiver``) on 127.0.0.1, which the
 benchmark allows for itself (ALLOW_HTTP and 127.0.0.1/32) for the length of the run.
 """
 
@@ -17,14 +17,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox import conf, webhooks
-from django_outbox.bench import http_ceiling, pgstats, receiver
-from django_outbox.bench.drain import default_worker_dir, run_forked, run_runworker
-from django_outbox.bench.runworkers import bench_environment
 from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
 from django_outbox.webhooks import attempts, signing
 from django_outbox.webhooks.delivery import loader, retry_loader
 from django_outbox.worker import Worker
 from django_outbox.worker.process import WorkerOptions, start_in_thread
+from outbox_bench import http_ceiling, pgstats, receiver
+from outbox_bench.drain import default_worker_dir, run_forked, run_runworker
+from outbox_bench.runworkers import bench_environment
 
 BENCH_TENANT = "outbox-bench"
 
