@@ -92,6 +92,16 @@ def test_webhooks_delivers_everything_and_prints_each_part(capsys):
     assert "40 deliveries (4 endpoints per message)" in out
     assert "40 succeeded, 40 requests received" in out
     assert "20 deliveries failing once: 40 attempts, 20 retries" in out
+    # The loads and lookups, counted from the statements the worker's threads ran: each
+    # kind at least once, and fewer than one per attempt.
+    loads = re.search(
+        r"first attempts loaded in (\d+) batches \(no lookup\), "
+        r"retries in (\d+) batches \((\d+) lookup queries\)",
+        out,
+    )
+    assert loads is not None, out
+    first, retry, lookups = map(int, loads.groups())
+    assert 1 <= first <= 20 and 1 <= retry <= lookups <= 20, loads.group()
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [(row[0], row[1]) for row in rows] == [("1", "5.0"), ("3", "5.0")]
     # It cleans up after itself.
