@@ -12,9 +12,9 @@ help: ## Show this help.
 $(PY):
 	@python=$$(scripts/find-python.sh) && echo "Using $$python" && $$python -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev]" -e "./bench[peers]"
 
-install: $(PY) ## Create .venv (Python >= 3.12) and install the project with its dev extra.
+install: $(PY) ## Create .venv (Python >= 3.12): the project with its dev extra, and the benchmarks (bench/) with their peers.
 
 # The LTS row: Django 5.2 on Python 3.11, django.tasks from the django-tasks backport.
 VENV_LTS ?= .venv-lts
@@ -23,7 +23,7 @@ PY_LTS := $(VENV_LTS)/bin/python
 $(PY_LTS):
 	@python=$$(scripts/find-python.sh 3.11) && echo "Using $$python" && $$python -m venv $(VENV_LTS)
 	$(PY_LTS) -m pip install --quiet --upgrade pip
-	$(PY_LTS) -m pip install --quiet -e ".[dev]" "django>=5.2,<5.3"
+	$(PY_LTS) -m pip install --quiet -e ".[dev]" -e "./bench[peers]" "django>=5.2,<5.3"
 
 install-lts: $(PY_LTS) ## Create .venv-lts: Python 3.11, Django 5.2 LTS and the django-tasks backport.
 
@@ -52,7 +52,7 @@ chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a Postgr
 soak: $(PY) ## 30 minutes of jobs and webhooks with a fault every 30 s; reports worker memory (not in CI).
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py --soak 30 $(ARGS)
 
-bench: $(PY) ## The drain benchmark on the configured database (DATABASE_URL for PostgreSQL).
+bench: $(PY) ## The drain benchmark (bench/, installed by make install) on the configured database (DATABASE_URL for PostgreSQL).
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py outbox_bench drain $(ARGS)
 

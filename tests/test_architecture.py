@@ -29,12 +29,8 @@ VENDOR_CHANNELS = {"wake/postgres.py"}
 
 
 def _product_modules() -> list[pathlib.Path]:
-    skipped = {"db", "bench", "migrations"}
-    return [
-        path
-        for path in ROOT.rglob("*.py")
-        if not skipped & set(path.relative_to(ROOT).parts) and path.name != "outbox_bench.py"
-    ]
+    skipped = {"db", "migrations"}
+    return [path for path in ROOT.rglob("*.py") if not skipped & set(path.relative_to(ROOT).parts)]
 
 
 def test_only_the_database_seam_asks_which_database_it_runs_on():

@@ -57,13 +57,16 @@ def test_a_lone_call_waits_only_for_the_lull_not_the_whole_wait():
 
 
 def test_a_failed_run_fails_every_caller_in_the_batch():
+    runs = []
+
     def broken(keys):
+        runs.append(list(keys))
         raise RuntimeError("database gone")
 
     batcher = Batcher(broken, size=lambda: 50, wait=lambda: 0.2)
     results = run_together(batcher, [1, 2, 3])
     assert all(isinstance(r, RuntimeError) for r in results)
-    assert batcher.batches >= 1
+    assert runs and sorted(k for run in runs for k in run) == [1, 2, 3]
     with pytest.raises(RuntimeError):
         batcher.submit(4)
 

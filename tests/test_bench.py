@@ -92,6 +92,16 @@ def test_webhooks_delivers_everything_and_prints_each_part(capsys):
     assert "40 deliveries (4 endpoints per message)" in out
     assert "40 succeeded, 40 requests received" in out
     assert "20 deliveries failing once: 40 attempts, 20 retries" in out
+    # The loads and lookups, counted from the statements the worker's threads ran: each
+    # kind at least once, and fewer than one per attempt.
+    loads = re.search(
+        r"first attempts loaded in (\d+) batches \(no lookup\), "
+        r"retries in (\d+) batches \((\d+) lookup queries\)",
+        out,
+    )
+    assert loads is not None, out
+    first, retry, lookups = map(int, loads.groups())
+    assert 1 <= first <= 20 and 1 <= retry <= lookups <= 20, loads.group()
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [(row[0], row[1]) for row in rows] == [("1", "5.0"), ("3", "5.0")]
     # It cleans up after itself.
@@ -294,9 +304,9 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
 
 
 def test_a_peer_process_that_fails_is_reported_with_its_output():
-    from django_outbox.bench.peers.base import Children, PeerError, clock_drain
+    from outbox_bench.peers.base import Children, PeerError, clock_drain
 
-    with Children("django_outbox.bench.peers.no_such_module", {}) as children:
+    with Children("outbox_bench.peers.no_such_module", {}) as children:
         children.start("worker")
         with pytest.raises(PeerError, match=r"(?s)worker failed:.*No module named"):
             clock_drain(lambda: 0, 10, children)
@@ -666,7 +676,7 @@ def test_drain_reports_runworker_failing_with_its_output_and_cleans_up(tmp_path)
 def test_the_raw_sql_ceiling_is_the_lean_row_and_times_its_own_drain():
     from django.db import connection
 
-    from django_outbox.bench import ceiling
+    from outbox_bench import ceiling
 
     if connection.vendor != "postgresql":
         pytest.skip("the raw-SQL ceiling is PostgreSQL's")
@@ -688,7 +698,7 @@ def test_the_raw_sql_ceiling_is_the_lean_row_and_times_its_own_drain():
 def test_pgqueuer_drains_with_its_own_processes_timed_from_its_log(tmp_path):
     from django.db import connection
 
-    from django_outbox.bench.peers.pgqueuer_peer import PgQueuerPeer
+    from outbox_bench.peers.pgqueuer_peer import PgQueuerPeer
 
     peer = PgQueuerPeer()
     if connection.vendor != "postgresql":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from itertools import pairwise
 
 import pytest
@@ -20,6 +21,7 @@ from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Jo
 from django_outbox.webhooks import recording, signals
 from tests.conftest import wait_until
 from tests.receiver import Answer
+from tests.statements import job_threads_reading, statements_in_every_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -480,12 +482,14 @@ def test_two_workers_never_send_the_same_delivery_at_the_same_time(receiver, web
 def test_a_claimed_batch_shares_its_lookups_and_writes_and_so_do_its_retries(
     receiver, webhook_worker, monkeypatch
 ):
-    from django_outbox.webhooks.delivery import loader, recorder, retry_loader
-
-    stored: list[int] = []  # the attempts each batch written with the jobs' outcomes held
+    stored: list[str] = []  # the thread that stored each batch of attempts
     store = recording.store
     monkeypatch.setattr(
-        recording, "store", lambda records: stored.append(len(records)) or store(records)
+        recording,
+        "store",
+        lambda records: (
+            stored.extend([threading.current_thread().name] * len(records)) or store(records)
+        ),
     )
 
     count = 16
@@ -496,41 +500,45 @@ def test_a_claimed_batch_shares_its_lookups_and_writes_and_so_do_its_retries(
         for i in range(count)
     )
     message = webhooks.send("invoice.paid", {"id": 1})
-    lookups, retry_lookups, writes = loader.batches, retry_loader.batches, recorder.batches
-    webhook_worker(concurrency=count)
-    deliveries = settled(message)
+    with statements_in_every_thread() as statements:
+        webhook_worker(concurrency=count)
+        deliveries = settled(message)
     assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
     assert Attempt.objects.count() == 2 * count
-    # 32 attempts: the first 16, started at once, share a few lookups (the first to look
+    # 32 attempts: the first 16, started at once, share a few loads (the first to look
     # loads for those started with it); the 16 retries, falling due over 0.2 s, gather
-    # for 50 ms each: a few more. Far fewer than one per attempt either way.
-    assert loader.batches - lookups <= 4, loader.batches - lookups
-    assert retry_loader.batches - retry_lookups <= 6, retry_loader.batches - retry_lookups
-    # Every attempt was logged with its job's outcome, by the worker, in shared batches.
-    assert recorder.batches == writes
-    assert sum(stored) == 2 * count and len(stored) <= count, stored
+    # for 50 ms each: a few more loads, each with one lookup of the latest attempts. Far
+    # fewer than one per attempt either way.
+    loads = job_threads_reading(Delivery._meta.db_table, statements)
+    lookups = job_threads_reading(Attempt._meta.db_table, statements)
+    assert len(loads) <= 4 + 6, len(loads)
+    assert len(lookups) <= 6, len(lookups)
+    # Every attempt was logged with its job's outcome, by the worker, in shared batches:
+    # none by a job thread on its own (outside a worker's run).
+    assert len(stored) == 2 * count, stored
+    assert not [thread for thread in stored if thread.startswith("outbox-job-")], stored
 
 
 def test_first_attempts_queued_behind_the_threads_are_loaded_ahead_by_those_before_them(
     receiver, webhook_worker
 ):
-    from django_outbox.webhooks.delivery import loader
-
     count = 60
     Endpoint.objects.bulk_create(
         Endpoint(url=receiver.url(f"/many/{i}"), secret=webhooks.api.signing.generate_secret())
         for i in range(count)
     )
     message = webhooks.send("invoice.paid", {"id": 1})
-    lookups = loader.batches
-    webhook_worker(concurrency=4)
-    deliveries = settled(message)
+    with statements_in_every_thread() as statements:
+        webhook_worker(concurrency=4)
+        deliveries = settled(message)
     assert {d.status for d in deliveries} == {DeliveryStatus.SUCCEEDED}
     assert len(receiver.received) == count
     # A load takes the jobs behind it that the worker holds, up to two rounds of its 4
     # threads: 8 at a time, 8 loads, a few more when a claim or a slow round splits them.
     # Gathering the threads' own lookups could do no better than 4 at a time, 15 loads.
-    assert loader.batches - lookups <= 12, loader.batches - lookups
+    loads = job_threads_reading(Delivery._meta.db_table, statements)
+    assert len(loads) <= 12, len(loads)
+    assert job_threads_reading(Attempt._meta.db_table, statements) == []  # first attempts
 
 
 def test_one_process_sends_at_most_max_per_endpoint_requests_to_an_endpoint_at_once(

@@ -22,9 +22,6 @@ from django_outbox.models import Attempt
 #: The widest span of bounds one query covers.
 MAX_SPAN = timedelta(minutes=15)
 
-#: Lookup queries run by this process so far (the benchmark reads it).
-queries = 0
-
 
 @dataclass(frozen=True, slots=True)
 class Key:
@@ -53,8 +50,6 @@ def split(keys: Sequence[Key]) -> list[list[Key]]:
 
 
 def _lookup(keys: list[Key]) -> dict[int, Attempt]:
-    global queries
-    queries += 1
     if len(keys) == 1:
         (key,) = keys
         one = (

@@ -58,8 +58,6 @@ class Batcher(Generic[Key, Value]):
         self._lull = lull
         self._lock = threading.Lock()
         self._open: _Batch[Key] | None = None
-        #: Batches run so far (benchmarks and tests read it).
-        self.batches = 0
 
     def submit(self, key: Key) -> Value:
         with self._lock:
@@ -81,7 +79,6 @@ class Batcher(Generic[Key, Value]):
             except BaseException as exc:
                 batch.error = exc
             finally:
-                self.batches += 1
                 batch.done.set()
         if batch.error is not None:
             raise batch.error
@@ -141,8 +138,6 @@ class ReadAhead(Generic[Key, Value]):
         self._fresh = fresh
         self._lock = threading.Lock()
         self._loads: dict[Key, _Load[Key]] = {}
-        #: Loads run so far (tests read it).
-        self.batches = 0
 
     def get(self, key: Key, ahead: Callable[[], Sequence[Key]] = tuple) -> Value:
         """``ahead()`` is asked only when ``key`` must be loaded."""
@@ -200,7 +195,6 @@ class ReadAhead(Generic[Key, Value]):
         except BaseException as exc:
             load.error = exc
         finally:
-            self.batches += 1
             load.at = time.monotonic()
             load.done.set()
 

@@ -36,7 +36,6 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.bench import receiver
 from django_outbox.compat import LOGGER_NAME, task_backends
 from django_outbox.management.commands.runworker import non_negative_int, positive_int
 from django_outbox.models import (
@@ -52,6 +51,7 @@ from django_outbox.models import Worker as WorkerRecord
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.worker import Worker
 from django_outbox.worker.loop import WorkerStats
+from outbox_bench import receiver
 from testproject.shop.models import Customer, Order
 
 CONCURRENCY = 4

@@ -6,7 +6,7 @@ A shape of ``processes x threads`` is run as that many worker processes, each wi
 
 from __future__ import annotations
 
-from django_outbox.bench.peers.base import Children, PostgresPeer
+from outbox_bench.peers.base import Children, PostgresPeer
 
 SCHEMA = "outbox_bench_procrastinate"
 JOBS = f"{SCHEMA}.procrastinate_jobs"
@@ -21,7 +21,7 @@ class Procrastinate(PostgresPeer):
         "in a thread); LISTEN/NOTIFY wake-ups, polls every 5 s (its defaults)"
     )
     schema = SCHEMA
-    steps = "django_outbox.bench.peers.procrastinate_app"
+    steps = "outbox_bench.peers.procrastinate_app"
     done_sql = f"SELECT count(*) FROM {JOBS} WHERE status = 'succeeded'"
     started_sql = f"SELECT count(*) FROM {EVENTS} WHERE type = 'started'"
     pickups_sql = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_outbox.bench.workerside.outbox_bench_enqueue import result_pk
 from django_outbox.compat import task
+from outbox_bench.workerside.outbox_bench_enqueue import result_pk
 
 
 @task()

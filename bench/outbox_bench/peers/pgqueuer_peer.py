@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from django_outbox.bench.peers.base import Children, PostgresPeer
+from outbox_bench.peers.base import Children, PostgresPeer
 
 SCHEMA = "outbox_bench_pgqueuer"
 LOG = f"{SCHEMA}.pgqueuer_log"
@@ -27,7 +27,7 @@ class PgQueuerPeer(PostgresPeer):
         "wake-ups (its defaults)"
     )
     schema = SCHEMA
-    steps = "django_outbox.bench.peers.pgqueuer_app"
+    steps = "outbox_bench.peers.pgqueuer_app"
     done_sql = f"SELECT count(*) FROM {LOG} WHERE status = 'successful'"
     started_sql = f"SELECT count(*) FROM {LOG} WHERE status = 'picked'"
     pickups_sql = (

@@ -15,13 +15,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
-from django_outbox.bench import latency as pickup
-from django_outbox.bench.arguments import whole_numbers
-from django_outbox.bench.limited import TARGET_RATIO, default_deadline
-from django_outbox.bench.limited import limited as drain_limited
-from django_outbox.bench.runworkers import PROJECT_DIR, WorkerStartError, check_worker_dir
 from django_outbox.management.commands.runworker import non_negative_int, positive_int
 from django_outbox.management.commands.runworker import seconds as seconds_arg
+from outbox_bench import latency as pickup
+from outbox_bench.arguments import whole_numbers
+from outbox_bench.limited import TARGET_RATIO, default_deadline
+from outbox_bench.limited import limited as drain_limited
+from outbox_bench.runworkers import PROJECT_DIR, WorkerStartError, check_worker_dir
 
 # -- arguments -----------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import os
 
 from psycopg.conninfo import conninfo_to_dict
 
-from django_outbox.bench.peers.base import PG_ENV
+from outbox_bench.peers.base import PG_ENV
 
 _db = conninfo_to_dict(os.environ[PG_ENV])
 

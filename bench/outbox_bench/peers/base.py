@@ -1,6 +1,6 @@
 """What every peer shares: its figures, its processes, and an observer that reads the servers.
 
-A peer's own code runs in child processes (``python -m django_outbox.bench.peers.<peer>
+A peer's own code runs in child processes (``python -m outbox_bench.peers.<peer>
 <step> …``), told where the database and Redis are through the environment; this process
 only starts them and watches the servers, with connections of its own whose statements it
 counts and leaves out of the peer's figures.

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db import connection
 
-from django_outbox.bench.peers.base import PeerError, PeerIdle, PeerLatency, latency_figures
+from outbox_bench.peers.base import PeerError, PeerIdle, PeerLatency, latency_figures
 
 TABLE = "outbox_bench_ceiling"
 BATCH = 50
@@ -229,7 +229,7 @@ def idle(workers: int, seconds: float, settle: float) -> PeerIdle:
     """Transactions per second per idle, listening worker (PostgreSQL's count)."""
     import psycopg
 
-    from django_outbox.bench.peers.base import Observer
+    from outbox_bench.peers.base import Observer
 
     params = _params()
     with psycopg.connect(**params, autocommit=True) as db:

@@ -10,13 +10,13 @@ extra) or cannot run here is listed with the reason, not measured.
 
 from __future__ import annotations
 
-from django_outbox.bench.peers.base import Peer, PeerDrain, PeerError, PeerIdle, PeerLatency
+from outbox_bench.peers.base import Peer, PeerDrain, PeerError, PeerIdle, PeerLatency
 
 __all__ = ["Peer", "PeerDrain", "PeerError", "PeerIdle", "PeerLatency", "all_peers"]
 
 
 def all_peers() -> list[Peer]:
-    from django_outbox.bench.peers import celery_peer, pgqueuer_peer, procrastinate_peer, tasks_db
+    from outbox_bench.peers import celery_peer, pgqueuer_peer, procrastinate_peer, tasks_db
 
     return [
         tasks_db.TasksDb(),

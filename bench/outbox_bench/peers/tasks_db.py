@@ -5,7 +5,7 @@ second (its default ``--interval``) when the queue is empty; it has no wake-ups.
 ``processes x threads`` is run as that many worker processes.
 
 Its child steps run with settings of their own (:mod:`.tasks_db_settings`):
-``python -m django_outbox.bench.peers.tasks_db setup | enqueue N | enqueue-paced N GAP``.
+``python -m outbox_bench.peers.tasks_db setup | enqueue N | enqueue-paced N GAP``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 import time
 
-from django_outbox.bench.peers.base import Children, PostgresPeer, printed
+from outbox_bench.peers.base import Children, PostgresPeer, printed
 
 SCHEMA = "outbox_bench_tasks_db"
 TABLE = f"{SCHEMA}.django_tasks_database_dbtaskresult"
-SETTINGS = "django_outbox.bench.peers.tasks_db_settings"
+SETTINGS = "outbox_bench.peers.tasks_db_settings"
 
 
 class TasksDb(PostgresPeer):
@@ -56,7 +56,7 @@ def _main(step: str, *args: str) -> None:
     from django.core.management import call_command
     from django.db import transaction
 
-    from django_outbox.bench.peers.jobs import noop
+    from outbox_bench.peers.jobs import noop
 
     if step == "setup":
         call_command("migrate", verbosity=0)

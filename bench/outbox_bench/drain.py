@@ -32,10 +32,10 @@ from django.db import connection
 from django.db.models import Count, Max, Min, Q
 
 import django_outbox
-from django_outbox.bench import pgstats
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker.loop import MAX_ADAPTIVE_BATCH, default_batch_size
 from django_outbox.worker.process import WorkerOptions, run
+from outbox_bench import pgstats
 
 #: Jobs enqueued one at a time to measure single enqueues (then deleted).
 SINGLE_ENQUEUES = 1000
@@ -304,7 +304,7 @@ def drain(
     """Enqueue ``jobs`` no-op jobs and time ``processes`` x ``concurrency`` workers running
     them all. ``warm_up``: first drain WARM_UP_JOBS jobs the same way, untimed (from
     WARM_UP_FROM_JOBS jobs on)."""
-    from django_outbox.bench.tasks import noop
+    from outbox_bench.tasks import noop
 
     if not forked and worker_dir is None:
         worker_dir = default_worker_dir()
@@ -330,7 +330,7 @@ def _drain(
     worker_dir: Path | None,
     warm_up: bool,
 ) -> DrainFigures:
-    from django_outbox.bench.tasks import noop
+    from outbox_bench.tasks import noop
 
     task = noop.using(queue_name=queue)
 

@@ -1,15 +1,17 @@
 """The webhook benchmarks: delivery throughput, a retry burst, and the fan-out sweep.
 
-Everything is sent to a local receiver (``bench.receiver``) on 127.0.0.1, which the
+Everything is sent to a local receiver (``outbox_bench.receiver``) on 127.0.0.1, which the
 benchmark allows for itself (ALLOW_HTTP and 127.0.0.1/32) for the length of the run.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
@@ -17,14 +19,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox import conf, webhooks
-from django_outbox.bench import http_ceiling, pgstats, receiver
-from django_outbox.bench.drain import default_worker_dir, run_forked, run_runworker
-from django_outbox.bench.runworkers import bench_environment
 from django_outbox.models import Attempt, Delivery, Endpoint, Job, Message
-from django_outbox.webhooks import attempts, signing
-from django_outbox.webhooks.delivery import loader, retry_loader
+from django_outbox.webhooks import signing
 from django_outbox.worker import Worker
 from django_outbox.worker.process import WorkerOptions, start_in_thread
+from outbox_bench import http_ceiling, pgstats, receiver
+from outbox_bench.drain import default_worker_dir, run_forked, run_runworker
+from outbox_bench.runworkers import bench_environment
+from outbox_bench.statements import watching
 
 BENCH_TENANT = "outbox-bench"
 
@@ -173,6 +175,43 @@ def ceiling(
     return Ceiling(figures, counts["requests"])
 
 
+@dataclass
+class DeliveryLoads:
+    """The deliveries' loads and latest-attempt lookups, told apart by their statements
+    (``observe``, on the thread that runs each): a retry's load is followed on its thread
+    by the lookup of the latest attempts; a first attempt's load by no lookup."""
+
+    #: Loads of deliveries (with their message and endpoint), first attempts' and retries'.
+    loads: int = 0
+    #: Loads followed by a latest-attempt lookup: the retries' batches.
+    retry_loads: int = 0
+    #: Latest-attempt lookup queries (a batch of bounds over 15 minutes apart runs more).
+    lookups: int = 0
+    _after_load: set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    _LOAD = re.compile(
+        rf'^SELECT .* FROM "?{Delivery._meta.db_table}"? INNER JOIN .*'
+        rf'"?{Endpoint._meta.db_table}"?.* WHERE "?{Delivery._meta.db_table}"?\."?id"? IN ',
+        re.S,
+    )
+    _LOOKUP = re.compile(rf'^SELECT (?!COUNT\().* FROM "?{Attempt._meta.db_table}"?', re.S)
+
+    def observe(self, sql: str) -> None:
+        thread = threading.get_ident()
+        with self._lock:
+            if self._LOAD.match(sql):
+                self.loads += 1
+                self._after_load.add(thread)
+            elif self._LOOKUP.match(sql):
+                self.lookups += 1
+                if thread in self._after_load:
+                    self.retry_loads += 1
+                self._after_load.discard(thread)
+            else:
+                self._after_load.discard(thread)
+
+
 @dataclass(frozen=True, slots=True)
 class RetryBurst:
     deliveries: int
@@ -192,28 +231,27 @@ class RetryBurst:
 
 def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBurst:
     """``deliveries`` that each fail once (500) and then succeed; count the latest-attempt
-    lookup queries per retry. One worker on threads of this process, so its counters can
-    be read."""
+    lookup queries per retry. One worker on threads of this process, so that the
+    statements of its threads can be watched (``DeliveryLoads``)."""
     clean()
     server = receiver.start(fail_first=1)
+    loads = DeliveryLoads()
     try:
         with bench_settings(schedule=[0, 0.5, 1, 1]):
             endpoints(server.url, fan_out)
             send_messages(max(1, deliveries // fan_out))
             total = Delivery.objects.filter(message__tenant=BENCH_TENANT).count()
-            queries_before = attempts.queries
-            batches_before = loader.batches
-            retry_batches_before = retry_loader.batches
             worker = Worker(queues=[conf.get().WEBHOOKS.QUEUE], concurrency=concurrency)
-            started = time.perf_counter()
-            thread = start_in_thread(worker)
-            pending = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="pending")
-            deadline = time.monotonic() + 600
-            while pending.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            seconds = time.perf_counter() - started
-            worker.request_stop("benchmark done")
-            thread.join(60)
+            with watching(loads.observe):
+                started = time.perf_counter()
+                thread = start_in_thread(worker)
+                pending = Delivery.objects.filter(message__tenant=BENCH_TENANT, status="pending")
+                deadline = time.monotonic() + 600
+                while pending.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                seconds = time.perf_counter() - started
+                worker.request_stop("benchmark done")
+                thread.join(60)
     finally:
         server.stop()
     logged = Attempt.objects.filter(delivery__message__tenant=BENCH_TENANT).count()
@@ -221,9 +259,9 @@ def retry_burst(deliveries: int, concurrency: int, fan_out: int = 50) -> RetryBu
         deliveries=total,
         attempts=logged,
         retries=logged - total,
-        lookup_queries=attempts.queries - queries_before,
-        first_load_batches=loader.batches - batches_before,
-        retry_lookup_batches=retry_loader.batches - retry_batches_before,
+        lookup_queries=loads.lookups,
+        first_load_batches=loads.loads - loads.retry_loads,
+        retry_lookup_batches=loads.retry_loads,
         seconds=seconds,
     )
     clean()

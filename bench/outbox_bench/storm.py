@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from django.db import connection
 
 import django_outbox
-from django_outbox.bench.tasks import STORM_TABLE, contend_on_a_ladder, contend_with_jitter
 from django_outbox.models import Job, JobStatus
 from django_outbox.worker import Worker
 from django_outbox.worker.process import start_in_thread
+from outbox_bench.tasks import STORM_TABLE, contend_on_a_ladder, contend_with_jitter
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The Procrastinate peer's own side: its app and the steps its child processes run.
 
-``python -m django_outbox.bench.peers.procrastinate_app setup | enqueue N |
+``python -m outbox_bench.peers.procrastinate_app setup | enqueue N |
 enqueue-paced N GAP | worker CONCURRENCY [--once]``, on the database and schema given in
 the environment. Plain Procrastinate, no Django: its documented defaults, a no-op task.
 """
@@ -13,7 +13,7 @@ import time
 
 import procrastinate
 
-from django_outbox.bench.peers.base import PG_ENV, printed
+from outbox_bench.peers.base import PG_ENV, printed
 
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ.get(PG_ENV)))
 

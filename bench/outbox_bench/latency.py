@@ -35,11 +35,11 @@ from pathlib import Path
 
 from django.db import connection
 
-from django_outbox.bench import ceiling
-from django_outbox.bench.peers.base import percentiles
-from django_outbox.bench.runworkers import PROJECT_DIR, Enqueuer, Runworkers, import_bench_tasks
-from django_outbox.bench.workerside.outbox_bench_enqueue import schedule
 from django_outbox.models import Job, JobStatus
+from outbox_bench import ceiling
+from outbox_bench.peers.base import percentiles
+from outbox_bench.runworkers import PROJECT_DIR, Enqueuer, Runworkers, import_bench_tasks
+from outbox_bench.workerside.outbox_bench_enqueue import schedule
 
 #: How each job is enqueued: ``task.enqueue()`` in autocommit, or in its own atomic block.
 ENQUEUE_MODES = ("autocommit", "atomic")
@@ -242,7 +242,7 @@ def measure_ceiling(pattern: Pattern, *, deadline: float = 60.0) -> PickupFigure
     with psycopg.connect(**params, autocommit=True) as db, tempfile.TemporaryFile() as log:
         db.execute(sql["create"])
         child = subprocess.Popen(
-            [sys.executable, "-m", "django_outbox.bench.pickup_ceiling"],
+            [sys.executable, "-m", "outbox_bench.pickup_ceiling"],
             cwd=PROJECT_DIR,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -287,4 +287,4 @@ def measure_ceiling(pattern: Pattern, *, deadline: float = 60.0) -> PickupFigure
                 child.wait()
             db.execute(f"DROP TABLE IF EXISTS {CEILING_TABLE}")
     result = figures(pattern, "raw-SQL ceiling", sent, ran_at, seconds, deadline)
-    return replace(result, worker_argv=["-m", "django_outbox.bench.pickup_ceiling"])
+    return replace(result, worker_argv=["-m", "outbox_bench.pickup_ceiling"])

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from django.db import connection
 
-from django_outbox.bench.latency import SLOW_MS, ranked
-from django_outbox.bench.runworkers import PROJECT_DIR, Enqueuer, Runworkers, import_bench_tasks
 from django_outbox.models import Job, JobStatus
+from outbox_bench.latency import SLOW_MS, ranked
+from outbox_bench.runworkers import PROJECT_DIR, Enqueuer, Runworkers, import_bench_tasks
 
 #: What the drain rate is held against: this share of the limit's ideal rate.
 TARGET_RATIO = 0.9

@@ -1,6 +1,6 @@
 """The raw-SQL ceiling of ``outbox_bench latency``: a minimal worker process, for pickup.
 
-``python -m django_outbox.bench.pickup_ceiling``, started by the benchmark (``latency.py``),
+``python -m outbox_bench.pickup_ceiling``, started by the benchmark (``latency.py``),
 which writes one JSON line to its stdin: the psycopg connection parameters, the number of
 threads, the table, and the claim and completion statements (the raw-SQL ceiling's, from
 ``ceiling.py``). Each thread LISTENs on its own connection, claims with one ``UPDATE …

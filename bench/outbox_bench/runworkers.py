@@ -34,11 +34,24 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, router
 
-from django_outbox.bench.workerside import DIRECTORY as WORKERSIDE
+import django_outbox
 from django_outbox.models import Worker
+from outbox_bench.workerside import DIRECTORY as WORKERSIDE
 
-#: This checkout: the directory of the manage.py that starts the workers by default.
-PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
+
+def project_dir() -> Path:
+    """The directory of the manage.py that starts the workers by default: the one this
+    benchmark was started with, else the checkout django_outbox was imported from, else
+    the current directory. (Not this package's: it is installed on its own.)"""
+    candidates = []
+    if Path(sys.argv[0]).name == "manage.py":
+        candidates.append(Path(sys.argv[0]).resolve().parent)
+    candidates += [Path(django_outbox.__file__).resolve().parent.parent, Path.cwd()]
+    return next((c for c in candidates if (c / "manage.py").is_file()), Path.cwd())
+
+
+#: The project: the directory of the manage.py that starts the workers by default.
+PROJECT_DIR = project_dir()
 #: Seconds a worker gets to register and say it started.
 START_TIMEOUT = 60.0
 #: Seconds a registered worker gets to log its start-up line (it says which wake-ups it

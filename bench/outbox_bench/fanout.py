@@ -19,9 +19,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 
 import django_outbox
-from django_outbox.bench import pgstats
-from django_outbox.bench.tasks import noop
 from django_outbox.models import Job
+from outbox_bench import pgstats
+from outbox_bench.tasks import noop
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from django_outbox.bench.peers.base import (
+from outbox_bench.peers.base import (
     REDIS_ENV,
     Children,
     Peer,
@@ -27,7 +27,7 @@ from django_outbox.bench.peers.base import (
     wait_for,
 )
 
-APP = "django_outbox.bench.peers.celery_app"
+APP = "outbox_bench.peers.celery_app"
 PREFIX = "outbox_bench_celery:"  # as celery_app.PREFIX, which needs Celery to import
 #: Celery workers take a few seconds to start, and exchange hellos when they do.
 IDLE_SETTLE_SECONDS = 8.0

@@ -17,13 +17,13 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import override_settings
 
-from django_outbox.bench import pgstats
-from django_outbox.bench.peers.base import percentiles
-from django_outbox.bench.workerside.outbox_bench_enqueue import result_pk
 from django_outbox.models import Job
 from django_outbox.wake import redis_configured
 from django_outbox.worker import Worker
 from django_outbox.worker.process import start_in_thread
+from outbox_bench import pgstats
+from outbox_bench.peers.base import percentiles
+from outbox_bench.workerside.outbox_bench_enqueue import result_pk
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def _outbox(mode: str) -> dict[str, Any]:
 def latency(
     mode: str, jobs: int = 200, gap: float = 0.05, queue: str = "default"
 ) -> LatencyFigures:
-    from django_outbox.bench.tasks import noop
+    from outbox_bench.tasks import noop
 
     bench_jobs = Job.objects.filter(task_path=noop.module_path)
     bench_jobs.delete()

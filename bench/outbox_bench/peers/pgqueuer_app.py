@@ -1,6 +1,6 @@
 """The PgQueuer peer's own side: the steps its child processes run.
 
-``python -m django_outbox.bench.peers.pgqueuer_app setup | enqueue N | enqueue-paced N GAP |
+``python -m outbox_bench.peers.pgqueuer_app setup | enqueue N | enqueue-paced N GAP |
 worker CONSUMERS [--drain]``, on the database and schema given in the environment. Plain
 PgQueuer, no Django: its asyncpg driver (the one its documentation finds fastest), uvloop
 when installed (as its ``pgq run`` does), its defaults (a dequeue batch of 10), and an
@@ -26,7 +26,7 @@ from pgqueuer.queries import Queries
 from pgqueuer.types import QueueExecutionMode
 from psycopg.conninfo import conninfo_to_dict
 
-from django_outbox.bench.peers.base import PG_ENV, printed
+from outbox_bench.peers.base import PG_ENV, printed
 
 ENTRYPOINT = "outbox_bench_noop"
 

@@ -1,7 +1,7 @@
 """The Celery peer's own side: its app, a no-op task, and the steps its child processes run.
 
-``python -m django_outbox.bench.peers.celery_app enqueue N | enqueue-paced N GAP``; the
-workers are ``celery -A django_outbox.bench.peers.celery_app worker``. Celery's defaults
+``python -m outbox_bench.peers.celery_app enqueue N | enqueue-paced N GAP``; the
+workers are ``celery -A outbox_bench.peers.celery_app worker``. Celery's defaults
 with a Redis broker, but for the thread pool; every key it writes starts with ``PREFIX``.
 The task counts itself done in Redis (Celery has no record of it without a result backend).
 """
@@ -15,7 +15,7 @@ import time
 import redis
 from celery import Celery
 
-from django_outbox.bench.peers.base import REDIS_ENV, printed
+from outbox_bench.peers.base import REDIS_ENV, printed
 
 PREFIX = "outbox_bench_celery:"
 DONE = f"{PREFIX}done"
