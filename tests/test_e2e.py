@@ -246,3 +246,30 @@ def test_a_request_in_flight_when_its_worker_is_killed_is_in_the_attempt_log(
     requests = receiver.at("/hook")
     assert len(requests) == 2 == logged.count()
     assert {r.headers["webhook-id"] for r in requests} == {message.uid}
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_burst_worker_whose_claim_the_database_refuses_says_so_and_exits_non_zero(
+    start_worker, processes
+):
+    """Not "nothing is due" and exit 0: the job table is missing, as before `migrate`."""
+    from django_outbox.worker.supervisor import CANNOT_CLAIM_STATUS
+
+    tasks.add.enqueue(1, 2)
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE django_outbox_job RENAME TO django_outbox_job_away")
+    try:
+        worker = start_worker("--burst", "--processes", processes)
+        status = worker.wait(timeout=60)
+        log = worker.log()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE django_outbox_job_away RENAME TO django_outbox_job")
+    assert status == CANNOT_CLAIM_STATUS, log
+    # PostgreSQL refuses the claim (ProgrammingError); SQLite's "no such table" comes as an
+    # OperationalError, like a lost connection: the burst gives up after its tries.
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert errors and all("django_outbox_job" in line for line in errors), log
+    assert "cannot claim jobs" in errors[0] or "cannot look for due jobs" in errors[0], log
+    assert "nothing is due" not in log
+    assert Job.objects.get().status == JobStatus.QUEUED  # nothing lost

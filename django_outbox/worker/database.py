@@ -29,6 +29,8 @@ class Database:
         #: No statement before this moment (monotonic): the database failed just now.
         self.ok_after = 0.0
         self.failures = 0
+        #: The last failure, "OperationalError: …" (its first line).
+        self.last_error = ""
 
     @property
     def away(self) -> bool:
@@ -50,11 +52,11 @@ class Database:
             self.failures += 1
             pause = min(self.longest_pause, 0.5 * 2 ** min(self.failures - 1, 5))
             self.ok_after = now + pause
+            self.last_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
             logger.warning(
-                "worker %s: database error (%s: %s); retrying in %.1f s",
+                "worker %s: database error (%s); retrying in %.1f s",
                 self.worker_id,
-                type(exc).__name__,
-                (str(exc).strip().splitlines() or [""])[0],
+                self.last_error,
                 pause,
             )
             connections[self.alias].close()

@@ -42,7 +42,7 @@ from django_outbox.worker.inbox import Inbox
 from django_outbox.worker.listener import Listener
 from django_outbox.worker.maintenance import Maintenance
 from django_outbox.worker.pool import Pool
-from django_outbox.worker.producer import MAX_ADAPTIVE_BATCH, Producer
+from django_outbox.worker.producer import MAX_ADAPTIVE_BATCH, CannotClaim, Producer
 from django_outbox.worker.pruner import Pruner
 from django_outbox.worker.scheduler import Scheduler
 from django_outbox.worker.stats import WorkerStats
@@ -56,6 +56,9 @@ JOIN_SECONDS = 5.0
 
 #: Longest the loop waits while jobs run, so a run over its timeout is seen promptly.
 TICK_SECONDS = 0.1
+#: Looks a burst worker makes for due jobs while the database is out of reach (backing off
+#: 0.5, 1, 2, 4 … s) before it leaves with an error instead of calling the queues empty.
+BURST_TRIES = 6
 #: Most jobs one claim may take (and one completion write), within every database's
 #: limit on statement parameters.
 MAX_BATCH_SIZE = 1000
@@ -107,6 +110,9 @@ class Worker:
         #: Set when a thread got stuck in a timed-out job under the supervisor: this
         #: process drains and exits for a fresh one to take its place.
         self.replace_me = False
+        #: Why this worker could not claim jobs (the database refused, or stayed out of
+        #: reach at the end of a burst), when it could not: it then exits non-zero.
+        self.cannot_claim: str | None = None
         self.inbox = Inbox()
         self.pool = Pool(concurrency, self.inbox)
         self.alias = router.db_for_write(Job)
@@ -239,6 +245,19 @@ class Worker:
     # -- the loop --------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._work()
+        except CannotClaim as exc:
+            self.cannot_claim = str(exc)
+            logger.error(
+                "worker %s: cannot claim jobs: the database refused the claim (%s). Has "
+                "`python manage.py migrate` run on it?",
+                self.id,
+                exc,
+            )
+            self.request_stop("cannot claim jobs")
+
+    def _work(self) -> None:
         producer = self.producer
         while not self._stop.is_set():
             self.maintenance.run_due()
@@ -295,6 +314,20 @@ class Worker:
         if self.producer.refill():
             return False
         now = time.monotonic()
+        if self.db.failures:  # the look did not reach the database: nothing is known
+            if self.db.failures < BURST_TRIES:
+                self.inbox.wait(max(0.0, self.db.ok_after - now))
+                return False
+            self.cannot_claim = (
+                f"the database failed {self.db.failures} looks in a row ({self.db.last_error})"
+            )
+            logger.error(
+                "worker %s: cannot look for due jobs: %s; leaving (burst) without knowing "
+                "whether any are due",
+                self.id,
+                self.cannot_claim,
+            )
+            return True
         # Not before the next look is due; the whole poll when none is.
         pause = self.producer.next_look_in()
         poll = self.producer.poll_seconds

@@ -12,7 +12,7 @@ from django.db import connections
 
 from django_outbox.worker.loop import Worker
 from django_outbox.worker.shutdown import graceful_signals
-from django_outbox.worker.supervisor import REPLACE_STATUS, Supervisor
+from django_outbox.worker.supervisor import CANNOT_CLAIM_STATUS, REPLACE_STATUS, Supervisor
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -59,6 +59,8 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
         # thread is simply ended: its run was recorded already).
         logging.shutdown()
         os._exit(1)
+    if worker.cannot_claim:
+        return CANNOT_CLAIM_STATUS
     return 0
 
 

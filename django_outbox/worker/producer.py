@@ -21,6 +21,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from django.db import Error as DatabaseErrors
 from django.utils import timezone
 
 from django_outbox.jobs import claim
@@ -35,6 +36,11 @@ from django_outbox.worker.stats import WorkerStats
 #: per handful, and slow jobs are claimed as before, so other workers are not starved.
 CLAIM_HORIZON_SECONDS = 0.1
 MAX_ADAPTIVE_BATCH = 500
+
+
+class CannotClaim(Exception):
+    """The database answered the claim and refused it (a missing table, a database
+    django_outbox cannot claim on …): trying again cannot help, unlike a lost connection."""
 
 
 class Producer:
@@ -157,16 +163,21 @@ class Producer:
         want = self.room
         # Cleared before the claim: a signal that arrives during it asks for another look.
         self._look = False
-        batch = self.db.run(
-            lambda: claim.claim_batch(
-                self.worker_id,
-                self.queues,
-                want,
-                self.settings.LEASE_SECONDS,
-                self.backend,
-                rated_room=self.idle_threads,
+        try:
+            batch = self.db.run(
+                lambda: claim.claim_batch(
+                    self.worker_id,
+                    self.queues,
+                    want,
+                    self.settings.LEASE_SECONDS,
+                    self.backend,
+                    rated_room=self.idle_threads,
+                ),
+                refused_raises=True,
             )
-        )
+        except DatabaseErrors as exc:
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            raise CannotClaim(f"{type(exc).__name__}: {first_line}") from exc
         if batch is None:  # the database is away: look again once it may be back
             self._look = True
             return 0

@@ -29,6 +29,9 @@ CRASH_WINDOW_SECONDS = 5.0
 #: A child's exit status asking to be replaced: a thread of it was stuck in a timed-out
 #: job, and it drained and exited so that a fresh process takes its place.
 REPLACE_STATUS = 3
+#: A child's exit status saying it could not claim jobs (the database refused the claim,
+#: or, under --burst, stayed out of reach): under --burst it is not started again.
+CANNOT_CLAIM_STATUS = 4
 
 
 class Supervisor:
@@ -82,7 +85,7 @@ class Supervisor:
                 process.join()
                 code = process.exitcode
                 del self._children[slot]
-                if self._stopping or (self.burst and code == 0):
+                if self._stopping or (self.burst and code in (0, CANNOT_CLAIM_STATUS)):
                     if code and code != REPLACE_STATUS:  # it did not drain cleanly
                         status = status or (code if code > 0 else 1)
                     continue

@@ -6,10 +6,13 @@ import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import NotSupportedError, router
 
 from django_outbox.backend import OutboxBackend
 from django_outbox.compat import InvalidTaskBackend, task_backends
+from django_outbox.db import dialect
 from django_outbox.migrated import require_migrated
+from django_outbox.models import Job
 from django_outbox.worker import console
 from django_outbox.worker.loop import MAX_BATCH_SIZE
 from django_outbox.worker.process import WorkerOptions, run
@@ -97,6 +100,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated("python manage.py runworker")
+        try:
+            dialect(router.db_for_write(Job))
+        except NotSupportedError as exc:
+            raise CommandError(str(exc)) from exc
         console.attach(options["verbosity"])
         try:
             backend = task_backends[options["backend"]]
