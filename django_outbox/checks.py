@@ -15,6 +15,10 @@ E008  OUTBOX["HEALTH"] is invalid (not a dict, an unknown key, a wrong value)
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
+W004  WAKE "auto" on a database server without LISTEN/NOTIFY (MariaDB, MySQL) and no
+      Redis: idle workers poll
+W005  a MariaDB/MySQL database whose isolation level is not READ COMMITTED
+W006  a MariaDB/MySQL database whose sql_mode is not strict (values cut silently)
 
 The settings' ids (E001, E004's "not a dict", E005 to E008) are declared with their groups in
 ``django_outbox.conf``, which says which problem is whose.
@@ -78,6 +82,27 @@ def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
                 id="django_outbox.E002",
             )
         )
+    sql = dialect(alias)
+    # A database server (it has a clock of its own) serves workers on other machines: they
+    # hear of commits through LISTEN/NOTIFY or Redis, or wait for their next poll.
+    if (
+        options.WAKE == "auto"
+        and sql.server_clock
+        and not sql.listen_notify
+        and not redis_configured(options.REDIS_ALIAS)
+    ):
+        messages.append(
+            checks.Warning(
+                f"Idle workers will poll the jobs' database {alias!r} every "
+                f"{options.POLL_INTERVAL:g} s: it has no LISTEN/NOTIFY and "
+                f"CACHES[{options.REDIS_ALIAS!r}] is not a django-redis cache, so a "
+                "commit cannot wake them (WAKE='auto').",
+                hint="Add a django_redis.cache.RedisCache under that alias for wake-ups "
+                "within milliseconds, or set OUTBOX['WAKE'] = 'poll' to say polling is "
+                "meant.",
+                id="django_outbox.W004",
+            )
+        )
     if options.WAKE == "redis" and not redis_configured(options.REDIS_ALIAS):
         messages.append(
             checks.Error(
@@ -139,9 +164,74 @@ def sqlite_checks(alias: str, database: dict[str, Any] | None = None) -> list[ch
     return messages
 
 
+#: What a MariaDB or MySQL database needs in its OPTIONS (docs/databases.md).
+MYSQL_OPTIONS = '"OPTIONS": {"isolation_level": "read committed", "charset": "utf8mb4"}'
+
+
+def mysql_checks(
+    alias: str, database: dict[str, Any] | None = None, query: bool = False
+) -> list[checks.CheckMessage]:
+    """Warnings for a MariaDB or MySQL database (``settings.DATABASES[alias]`` unless
+    given); with ``query``, its server's sql_mode is read too."""
+    chosen: dict[str, Any] = settings.DATABASES[alias] if database is None else database
+    if not chosen.get("ENGINE", "").endswith("mysql"):
+        return []
+    options: dict[str, Any] = chosen.get("OPTIONS", {})
+    where = f"settings.DATABASES[{alias!r}]"
+    messages: list[checks.CheckMessage] = []
+    # Django sets READ COMMITTED on every connection unless OPTIONS says otherwise; None
+    # leaves the server's default, REPEATABLE READ.
+    level = options.get("isolation_level", "read committed")
+    if str(level or "").lower() != "read committed":
+        messages.append(
+            checks.Warning(
+                f"{where} runs transactions at {level or 'the server default'!r}, not READ "
+                "COMMITTED: a claim's locks would then cover the gaps between rows too, "
+                "holding up enqueues and other workers' claims until it commits.",
+                hint=f'Set "isolation_level": "read committed" (Django\'s default); '
+                f"the OPTIONS django_outbox expects: {MYSQL_OPTIONS}.",
+                id="django_outbox.W005",
+            )
+        )
+    if query:
+        from django.db import connections
+
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT @@sql_mode")
+            mode = str(cursor.fetchone()[0]).upper()
+        if "STRICT_TRANS_TABLES" not in mode and "STRICT_ALL_TABLES" not in mode:
+            messages.append(
+                checks.Warning(
+                    f"The server of {where} is not in strict mode (sql_mode {mode!r}): a "
+                    "job's queue name, task path or key too long for its column would be "
+                    "cut short, with a warning nobody reads, instead of refused.",
+                    hint="Add STRICT_TRANS_TABLES to the server's sql_mode, or set "
+                    '"init_command": "SET sql_mode=\'STRICT_TRANS_TABLES\'" in OPTIONS.',
+                    id="django_outbox.W006",
+                )
+            )
+    return messages
+
+
+@checks.register(checks.Tags.database)
+def check_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """The jobs' database as the server has it (``check --database``, and ``migrate``)."""
+    from django.db import router
+
+    from django_outbox.models import Job
+
+    alias = router.db_for_write(Job)
+    if not databases or alias not in databases:
+        return []
+    return [m for m in mysql_checks(alias, query=True) if m.id == "django_outbox.W006"]
+
+
 def backend_checks(backend: OutboxBackend) -> list[checks.CheckMessage]:
     from django.db import router
 
     from django_outbox.models import Job
 
-    return sqlite_checks(router.db_for_write(Job))
+    alias = router.db_for_write(Job)
+    return sqlite_checks(alias) + mysql_checks(alias)

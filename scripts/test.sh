@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL.
+# The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL, then on
+# MariaDB, each server when reachable.
 #
 # PostgreSQL: DATABASE_URL if set, else postgres://postgres@127.0.0.1:5432/test when a
-# server answers there. With OUTBOX_REQUIRE_SERVICES=1 (CI) an unreachable server fails
-# the run instead of skipping the PostgreSQL half.
+# server answers there. MariaDB (or MySQL): MARIADB_URL if set, else
+# mysql://root@127.0.0.1:3306/test when a server answers there. With
+# OUTBOX_REQUIRE_SERVICES=1 (CI) an unreachable server fails the run instead of skipping
+# its half.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV_PYTHON:-.venv/bin/python}
@@ -11,28 +14,52 @@ PY=${VENV_PYTHON:-.venv/bin/python}
 echo "== makemigrations --check"
 env -u DATABASE_URL "$PY" manage.py makemigrations --check --dry-run
 
-url=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
-pg_up() {
-    "$PY" - "$url" <<'PYEOF'
+pg_url=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+mariadb_url=${MARIADB_URL:-mysql://root@127.0.0.1:3306/test}
+
+reachable() {
+    "$PY" - "$1" <<'PYEOF'
 import sys
-import psycopg
+from urllib.parse import unquote, urlsplit
+
+url = sys.argv[1]
+parts = urlsplit(url)
 try:
-    psycopg.connect(sys.argv[1].replace("postgres://", "postgresql://", 1), connect_timeout=3).close()
+    if parts.scheme.startswith("postgres"):
+        import psycopg
+
+        psycopg.connect(url.replace("postgres://", "postgresql://", 1), connect_timeout=3).close()
+    else:
+        import MySQLdb
+
+        MySQLdb.connect(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=unquote(parts.username or ""),
+            password=unquote(parts.password or ""),
+            connect_timeout=3,
+        ).close()
 except Exception as exc:
-    print(f"PostgreSQL at {sys.argv[1]} is not reachable: {exc}".strip(), file=sys.stderr)
+    print(f"{url} is not reachable: {exc}".strip(), file=sys.stderr)
     sys.exit(1)
 PYEOF
 }
 
+# run NAME URL: the suite on the server at URL, or a skip (a failure under
+# OUTBOX_REQUIRE_SERVICES=1) when none answers there.
+run() {
+    if reachable "$2"; then
+        echo "== pytest on $1 ($2)"
+        DATABASE_URL=$2 "$PY" -m pytest "${@:3}"
+    elif [ "${OUTBOX_REQUIRE_SERVICES:-0}" = "1" ]; then
+        echo "$1 is required here (OUTBOX_REQUIRE_SERVICES=1) but not reachable: failing." >&2
+        return 1
+    else
+        echo "== SKIPPED the $1 run: no server reachable at $2."
+    fi
+}
+
 echo "== pytest on SQLite"
 env -u DATABASE_URL "$PY" -m pytest "$@"
-
-if pg_up; then
-    echo "== pytest on PostgreSQL ($url)"
-    DATABASE_URL=$url "$PY" -m pytest "$@"
-elif [ "${OUTBOX_REQUIRE_SERVICES:-0}" = "1" ]; then
-    echo "PostgreSQL is required here (OUTBOX_REQUIRE_SERVICES=1) but not reachable: failing." >&2
-    exit 1
-else
-    echo "== SKIPPED the PostgreSQL run: no server reachable at $url (set DATABASE_URL to use one)."
-fi
+run PostgreSQL "$pg_url" "$@"
+run MariaDB "$mariadb_url" "$@"

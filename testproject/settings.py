@@ -52,18 +52,32 @@ WSGI_APPLICATION = None
 
 
 def database_from_url(url: str) -> dict:
-    """A DATABASES entry from ``postgres://user:password@host:port/name``."""
+    """A DATABASES entry from ``postgres://user:password@host:port/name`` or
+    ``mysql://user:password@host:port/name`` (MariaDB or MySQL)."""
     parts = urlsplit(url)
-    if parts.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"DATABASE_URL must start with postgres://, not {parts.scheme}://")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
+    if parts.scheme in ("postgres", "postgresql"):
+        engine = "django.db.backends.postgresql"
+    elif parts.scheme in ("mysql", "mariadb"):
+        engine = "django.db.backends.mysql"
+    else:
+        raise ValueError(
+            f"DATABASE_URL must start with postgres:// or mysql://, not {parts.scheme}://"
+        )
+    database: dict[str, Any] = {
+        "ENGINE": engine,
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
     }
+    if engine.endswith("mysql"):
+        # What django_outbox wants from MariaDB and MySQL (docs/databases.md; its system
+        # checks say so when these are missing): READ COMMITTED, Django's default, said
+        # aloud, and utf8mb4, so that any text round-trips.
+        database["OPTIONS"] = {"isolation_level": "read committed", "charset": "utf8mb4"}
+        database["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
+    return database
 
 
 SQLITE_DATABASE = {

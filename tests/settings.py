@@ -19,9 +19,14 @@ if default["ENGINE"].endswith("sqlite3"):
     default["TEST"] = {
         "NAME": str(BASE_DIR / os.environ.get("OUTBOX_TEST_SQLITE_NAME", "test-outbox.sqlite3"))
     }
+elif default["ENGINE"].endswith("mysql"):
+    if os.environ.get("OUTBOX_TEST_MARIADB_NAME"):
+        # Two test runs at once on one server, as on PostgreSQL below.
+        name = os.environ["OUTBOX_TEST_MARIADB_NAME"]
+        default["TEST"] = {**default.get("TEST", {}), "NAME": name}
 elif os.environ.get("OUTBOX_TEST_PG_NAME"):
     # Two test runs at once on one server (CI's two rows) each create their own database.
-    default["TEST"] = {"NAME": os.environ["OUTBOX_TEST_PG_NAME"]}
+    default["TEST"] = {**default.get("TEST", {}), "NAME": os.environ["OUTBOX_TEST_PG_NAME"]}
 if os.environ.get("OUTBOX_TEST_DB_NAME"):
     # A worker subprocess: talk to the database the test run created.
     default["NAME"] = os.environ["OUTBOX_TEST_DB_NAME"]

@@ -65,3 +65,22 @@ def names(queries: Any) -> list[str | None]:
     """Each captured statement's name, in order (None: a statement the ORM wrote)."""
     captured = getattr(queries, "captured_queries", queries)
     return [statement_name(query["sql"]) for query in captured]
+
+
+def _returns_rows() -> bool:
+    from django_outbox.db import dialect
+
+    return dialect("default").update_returning
+
+
+def one_claim() -> list[str | None]:
+    """The statements of one claim, by name: one UPDATE … RETURNING; where UPDATE returns
+    nothing (MariaDB), the locking SELECT and one UPDATE of its ids, in a transaction (a
+    savepoint and its release, None: the test runs in a transaction)."""
+    return ["claim"] if _returns_rows() else [None, "claim", "claim-mark", None]
+
+
+def update_returning(name: str) -> list[str | None]:
+    """The statements of the UPDATE … RETURNING named ``name``: itself; where UPDATE returns
+    nothing, a savepoint, the locking read, the UPDATE, the read back and the release."""
+    return [name] if _returns_rows() else [None, None, name, None, None]

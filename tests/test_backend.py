@@ -170,6 +170,11 @@ def test_get_result_of_unknown_ids():
 
 
 def _roll_back_then_enqueue_on_its_primary_key(first, second):
+    if connection.vendor == "mysql":
+        pytest.skip(
+            "MariaDB never hands a rolled-back id out again: InnoDB's AUTO_INCREMENT does "
+            "not go back (resetting it is DDL, which would commit the test's transaction)"
+        )
     """Enqueue with ``first`` in a transaction that rolls back, then with ``second``, which
     is given the rolled-back job's primary key: SQLite hands it out again by itself (its
     sequence rolls back with the insert); PostgreSQL does once its sequence is reset, as

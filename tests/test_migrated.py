@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -68,6 +69,8 @@ def test_a_migration_not_yet_applied_is_named(tmp_path):
 def test_runworker_on_an_empty_postgresql_database_says_to_run_migrate():
     psycopg = pytest.importorskip("psycopg")
     base = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    if not base.startswith("postgres"):
+        pytest.skip("PostgreSQL's own (the SQLite and PostgreSQL runs have it)")
     base = base.replace("postgres://", "postgresql://", 1)
     try:
         admin = psycopg.connect(base, autocommit=True, connect_timeout=3)
@@ -83,5 +86,28 @@ def test_runworker_on_an_empty_postgresql_database_says_to_run_migrate():
             out = manage("runworker", "--burst", url=base.rsplit("/", 1)[0] + "/" + name)
         finally:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the database 'default' lacks django_outbox's tables" in out.stderr
+
+
+def test_runworker_on_an_empty_mariadb_database_says_to_run_migrate():
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("mysql"):
+        pytest.skip("MariaDB's own: the MariaDB run has it")
+    import MySQLdb
+
+    parts = urlsplit(url)
+    admin = MySQLdb.connect(
+        host=parts.hostname, port=parts.port or 3306, user=parts.username or "", password=""
+    )
+    name = f"outbox_unmigrated_{os.getpid()}"
+    cursor = admin.cursor()
+    cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+    cursor.execute(f"CREATE DATABASE {name}")
+    try:
+        out = manage("runworker", "--burst", url=url.rsplit("/", 1)[0] + "/" + name)
+    finally:
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
     assert out.returncode == 1, out.stdout + out.stderr
     assert "the database 'default' lacks django_outbox's tables" in out.stderr

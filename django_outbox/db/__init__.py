@@ -8,17 +8,17 @@ the list of modules not moved here yet (see docs/architecture.md).
 
 from __future__ import annotations
 
-import re
-
 from django.db import NotSupportedError, connections
 
 from django_outbox.db.base import Dialect
+from django_outbox.db.mysql import MariaDB
+from django_outbox.db.names import named, statement_name
 from django_outbox.db.postgresql import PostgreSQL
 from django_outbox.db.sqlite import SQLite
 
 __all__ = ["Dialect", "dialect", "named", "statement_name"]
 
-_DIALECTS: dict[str, Dialect] = {d.vendor: d for d in (PostgreSQL(), SQLite())}
+_DIALECTS: dict[str, Dialect] = {d.vendor: d for d in (PostgreSQL(), SQLite(), MariaDB())}
 
 
 def dialect(using: str) -> Dialect:
@@ -27,22 +27,7 @@ def dialect(using: str) -> Dialect:
     found = _DIALECTS.get(vendor)
     if found is None:
         raise NotSupportedError(
-            f"django_outbox runs on PostgreSQL and SQLite; the database {using!r} is {vendor}."
+            f"django_outbox runs on PostgreSQL, MariaDB and SQLite; the database {using!r} "
+            f"is {vendor}."
         )
     return found
-
-
-_NAME = re.compile(r"^/\* outbox:([a-z-]+) \*/ ")
-
-
-def named(name: str, sql: str) -> str:
-    """``sql`` headed by its name as a comment, ``/* outbox:claim */ UPDATE …``: the name
-    shows in the database's own views (``pg_stat_statements``, ``pg_stat_activity``, the
-    slow-query log), and tests count statements by it."""
-    return f"/* outbox:{name} */ {sql}"
-
-
-def statement_name(sql: str) -> str | None:
-    """The name ``named()`` gave ``sql``, or None."""
-    found = _NAME.match(sql)
-    return found.group(1) if found else None

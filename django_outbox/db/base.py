@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
+
+from django_outbox.db.names import named
 
 
 class Dialect(ABC):
@@ -71,18 +74,29 @@ class Dialect(ABC):
             f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sums}"
         )
 
-    def insert_unless_conflicting(self, table: str, columns: str, count: int, pk: str) -> str:
-        """INSERT one row of ``count`` values, or nothing where it would break a unique
-        index (a partial one included), returning its ``pk`` (no row: nothing inserted)."""
-        values = ", ".join(["%s"] * count)
-        return (
-            f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING "
-            f"RETURNING {pk}"
+    def insert_unless_conflicting(
+        self, connection: Any, name: str, table: str, columns: str, values: list[Any]
+    ) -> int | None:
+        """INSERT one row of ``values``, or nothing where it would break a unique index (a
+        partial one included); the new row's id, or None (nothing inserted). A statement
+        named ``name``."""
+        placeholders = ", ".join(["%s"] * len(values))
+        sql = (
+            f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) ON CONFLICT DO NOTHING "
+            "RETURNING id"
         )
+        with connection.cursor() as cursor:
+            cursor.execute(named(name, sql), values)
+            row = cursor.fetchone()
+        return None if row is None else int(row[0])
 
     def concat(self, *sql: str) -> str:
         """The texts of ``sql`` one after another."""
         return " || ".join(sql)
+
+    def text(self, sql: str) -> str:
+        """``sql`` as text."""
+        return f"CAST({sql} AS TEXT)"
 
     def skip_locked_suffix(self) -> str:
         """What ends a SELECT that locks its rows and skips those locked elsewhere ("" when
@@ -111,6 +125,11 @@ class Dialect(ABC):
     def queue_lock(self, space: int, key: int) -> tuple[str, list[int]] | None:
         """A statement taking a lock on (``space``, ``key``) until the transaction ends, or
         None where one writer at a time is the database's own rule."""
+        return None
+
+    def queue_unlock(self, space: int, key: int) -> tuple[str, list[int]] | None:
+        """A statement freeing the lock ``queue_lock`` took, where it outlives the
+        transaction (a session's lock), to run once the transaction ends; else None."""
         return None
 
     @abstractmethod

@@ -7,7 +7,9 @@
 Where the database skips locked rows (``Dialect.skip_locked``: PostgreSQL) the inner
 SELECT passes over rows other workers hold, so claims never wait on each other (READ
 COMMITTED, autocommit). SQLite has no row locks: the statement takes the database's single
-write lock when it starts, which serialises claims.
+write lock when it starts, which serialises claims. Where UPDATE returns nothing (MariaDB,
+MySQL) the claim is two statements in one short transaction: the SELECT … FOR UPDATE SKIP
+LOCKED of the rows, then one UPDATE of their ids (``_lock_then_mark``).
 
 The statement is written out once per database and number of queues (``_claim_sql``), not
 built by the ORM at every claim: compiling it cost the worker more CPU than running it
@@ -23,7 +25,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import DatabaseError, OperationalError, connections, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf, ratelimits
@@ -196,6 +198,12 @@ def claim_batch(
     decode = returned_values(connection, Job, RETURNED_FIELDS)
     # ClaimedJob's fields are RETURNED_FIELDS, in that order, then last_attempted_at.
     claimed = [ClaimedJob(*[*decode(row), now]) for row in rows]
+    if not dialect(connection.alias).update_returning:
+        # The rows were read before the claim wrote them: write the same here.
+        for job in claimed:
+            job.attempts += 1
+            job.started_at = job.started_at or now
+            job.worker_ids = [*job.worker_ids, worker_id]
     # RETURNING comes in no particular order: restore the claim order.
     claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return Claimed(claimed, min(waits) if waits else None)
@@ -263,6 +271,10 @@ def _run_claim(
         backend,
         limit,
     ]
+    if not dialect(connection.alias).update_returning:
+        return _lock_then_mark(
+            connection, worker_id, queues, limit, lease_seconds, backend, now, running_limit
+        )
     if running_limit is not None:
         params += [running_limit, queues[0]]
     sql = _claim_sql(connection.alias, len(queues), running_limit is not None)
@@ -288,14 +300,78 @@ def _claim_limited(
     the queue's lock where the database has one (``Dialect.queue_lock``: only claims of
     this queue wait for it); SQLite runs one writing statement at a time anyway.
     """
-    with transaction.atomic(using=connection.alias):
-        lock = dialect(connection.alias).queue_lock(LOCK_CLASS, _key(queue))
-        if lock is not None:
-            with connection.cursor() as cursor:
-                cursor.execute(named("claim-lock", lock[0]), lock[1])
-        return _run_claim(
-            connection, worker_id, [queue], limit, lease_seconds, backend, now, running_limit=most
-        )
+    sql = dialect(connection.alias)
+    lock = sql.queue_lock(LOCK_CLASS, _key(queue))
+    unlock = sql.queue_unlock(LOCK_CLASS, _key(queue))
+    try:
+        with transaction.atomic(using=connection.alias):
+            if lock is not None:
+                with connection.cursor() as cursor:
+                    cursor.execute(named("claim-lock", lock[0]), lock[1])
+                    if cursor.fetchone()[0] == 0:  # a lock with a timeout, which ran out
+                        raise OperationalError(f"the lock of queue {queue!r} was not free")
+            return _run_claim(
+                connection,
+                worker_id,
+                [queue],
+                limit,
+                lease_seconds,
+                backend,
+                now,
+                running_limit=most,
+            )
+    finally:
+        if unlock is not None:
+            _unlock(connection, unlock)
+
+
+def _unlock(connection: Any, unlock: tuple[str, list[int]]) -> None:
+    """Free a session's lock once the claim's transaction has ended (a connection that
+    broke has freed it already)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(named("claim-unlock", unlock[0]), unlock[1])
+    except DatabaseError:
+        pass
+
+
+def _lock_then_mark(
+    connection: Any,
+    worker_id: str,
+    queues: list[str],
+    limit: int,
+    lease_seconds: float,
+    backend: str,
+    now: datetime,
+    running_limit: int | None,
+) -> list[tuple[Any, ...]]:
+    """The claim where UPDATE returns nothing (``Dialect.update_returning``): in one short
+    transaction, lock up to ``limit`` due rows passing over those locked elsewhere
+    (``SKIP LOCKED``), then mark them all with one UPDATE. Returns the rows as they were
+    read; ``claim_batch`` applies the UPDATE's changes to them."""
+    adapt = connection.ops.adapt_datetimefield_value
+    select, count = _locking_claim_sql(connection.alias, len(queues))
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        if running_limit is not None:
+            cursor.execute(count, [queues[0]])
+            limit = max(0, min(limit, running_limit - int(cursor.fetchone()[0])))
+            if not limit:
+                return []
+        cursor.execute(select, [*queues, adapt(now), backend, limit])
+        rows = list(cursor.fetchall())
+        if rows:
+            cursor.execute(
+                _mark_sql(connection.alias, len(rows)),
+                [
+                    worker_id,
+                    adapt(now + timedelta(seconds=lease_seconds)),
+                    adapt(now),
+                    adapt(now),
+                    worker_id,
+                    *[row[0] for row in rows],
+                ],
+            )
+    return rows
 
 
 #: The first key of the advisory locks of limited queues ("outb").
@@ -320,6 +396,49 @@ def next_due(queues: list[str], backend: str = "default") -> datetime | None:
     return found
 
 
+def _due_sql(alias: str, queue_count: int, columns: str, limit: str) -> str:
+    """The SELECT of due jobs of ``queue_count`` queues, in claim order, locked."""
+    quote = connections[alias].ops.quote_name
+    return (
+        f"SELECT {columns} FROM {quote(Job._meta.db_table)} "
+        f"WHERE status = '{JobStatus.QUEUED.value}' "
+        f"AND queue IN ({', '.join(['%s'] * queue_count)}) AND run_at <= %s AND backend = %s "
+        f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}"
+        f"{dialect(alias).skip_locked_suffix()}"
+    )
+
+
+def _set_claimed(alias: str) -> str:
+    """The claim's assignments: running, leased to the worker, one more attempt."""
+    append = dialect(alias).json_append_text("worker_ids", "%s")
+    return (
+        f"status = '{JobStatus.RUNNING.value}', worker_id = %s, lease_until = %s, "
+        "attempts = attempts + 1, started_at = COALESCE(started_at, %s), "
+        f"last_attempted_at = %s, worker_ids = {append}"
+    )
+
+
+@lru_cache(maxsize=64)
+def _locking_claim_sql(alias: str, queue_count: int) -> tuple[str, str]:
+    """The locking claim's SELECT of the returned columns, and its count of a queue's
+    running jobs (for a concurrency limit)."""
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(column(Job, name)) for name in RETURNED_FIELDS)
+    count = (
+        f"SELECT COUNT(*) FROM {quote(Job._meta.db_table)} "
+        f"WHERE status = '{JobStatus.RUNNING.value}' AND queue = %s"
+    )
+    return named("claim", _due_sql(alias, queue_count, columns, "%s")), named("claim-count", count)
+
+
+@lru_cache(maxsize=64)
+def _mark_sql(alias: str, count: int) -> str:
+    """The locking claim's UPDATE of ``count`` locked rows."""
+    table = connections[alias].ops.quote_name(Job._meta.db_table)
+    ids = ", ".join(["%s"] * count)
+    return named("claim-mark", f"UPDATE {table} SET {_set_claimed(alias)} WHERE id IN ({ids})")
+
+
 @lru_cache(maxsize=64)
 def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     """The claim for ``queue_count`` queues on the database ``alias``, built once.
@@ -333,7 +452,6 @@ def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     quote = connections[alias].ops.quote_name
     sql = dialect(alias)
     table = quote(Job._meta.db_table)
-    queues = ", ".join(["%s"] * queue_count)
     limit = "%s"
     if limited:
         # No more than the queue's limit minus its running jobs (never below zero).
@@ -341,18 +459,11 @@ def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
             f"(SELECT {sql.greatest('0', sql.least('%s', '%s - COUNT(*)'))} FROM {table} "
             f"WHERE status = '{JobStatus.RUNNING.value}' AND queue = %s)"
         )
-    due = (
-        f"SELECT id FROM {table} WHERE status = '{JobStatus.QUEUED.value}' "
-        f"AND queue IN ({queues}) AND run_at <= %s AND backend = %s "
-        f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}{sql.skip_locked_suffix()}"
-    )
+    due = _due_sql(alias, queue_count, "id", limit)
     returning = ", ".join(quote(column(Job, name)) for name in RETURNED_FIELDS)
-    append = sql.json_append_text("worker_ids", "%s")
     return named(
         "claim",
-        f"UPDATE {table} SET status = '{JobStatus.RUNNING.value}', worker_id = %s, "
-        "lease_until = %s, attempts = attempts + 1, started_at = COALESCE(started_at, %s), "
-        f"last_attempted_at = %s, worker_ids = {append} "
+        f"UPDATE {table} SET {_set_claimed(alias)} "
         f"WHERE {sql.id_in_subquery('id', due)} "
         f"RETURNING {returning}",
     )

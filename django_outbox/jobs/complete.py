@@ -181,13 +181,15 @@ def _hold_back(worker_id: str, held: list[Outcome]) -> int:
     worker_ids = quote(column(Job, "worker_ids"))
     started_at = quote(column(Job, "started_at"))
     values: dict[str, Any] = {
+        # Before attempts changes: MariaDB and MySQL assign left to right, and an
+        # assignment there reads what the ones before it wrote.
+        "started_at": RawSQL(f"CASE WHEN {attempts} = 1 THEN NULL ELSE {started_at} END", []),
         "status": JobStatus.QUEUED,
         "run_at": _per_job(held, lambda o: o.held_until, "datetime"),
         "lease_until": None,
         "worker_id": None,
         "attempts": RawSQL(f"{attempts} - 1", []),
         "worker_ids": RawSQL(dialect(connection.alias).json_remove_last(worker_ids), []),
-        "started_at": RawSQL(f"CASE WHEN {attempts} = 1 THEN NULL ELSE {started_at} END", []),
     }
     rewritten = [o for o in held if o.new_kwargs is not None]
     if rewritten:

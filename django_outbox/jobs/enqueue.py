@@ -180,7 +180,8 @@ def enqueue_select(
             for field in fields
         ]
         columns = [*(str(field.column) for field in fields), "args", "dedup_key", "token"]  # type: ignore[union-attr]
-        returning = f" RETURNING {quote('id')}, {quote('token')}, CAST({quote('args')} AS TEXT)"
+        args = dialect(using).text(quote("args"))
+        returning = f" RETURNING {quote('id')}, {quote('token')}, {args}"
         sql = named(
             "enqueue-select",
             f"INSERT INTO {quote(Job._meta.db_table)} ({', '.join(map(quote, columns))}) "
@@ -233,10 +234,11 @@ def _insert_unique(job: Job, key: str) -> TaskResult | None:
     """Insert ``job`` under ``key`` unless an active job holds the key; then return that
     job's result instead.
 
-    One ``INSERT … ON CONFLICT DO NOTHING RETURNING id`` against the partial unique index
-    on active dedup keys. On PostgreSQL, an INSERT that meets a key another transaction
-    has just written waits for that transaction: if it commits, this one inserts nothing;
-    if it rolls back, this one inserts. The holder can finish between the conflict and the
+    One insert that does nothing where the key is held
+    (``Dialect.insert_unless_conflicting``), against the unique index on active dedup keys.
+    On PostgreSQL and MariaDB, an INSERT that meets a key another transaction has just
+    written waits for that transaction: if it commits, this one inserts nothing; if it
+    rolls back, this one inserts. The holder can finish between the conflict and the
     read that finds it: then the insert is tried again.
     """
     job.dedup_key = key
@@ -246,18 +248,13 @@ def _insert_unique(job: Job, key: str) -> TaskResult | None:
     fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
     columns = ", ".join(quote(str(field.column)) for field in fields)
     values = [field.get_db_prep_save(getattr(job, field.attname), connection) for field in fields]
-    sql = named(
-        "enqueue-unique",
-        dialect(using).insert_unless_conflicting(
-            quote(Job._meta.db_table), columns, len(fields), quote("id")
-        ),
-    )
+    table = quote(Job._meta.db_table)
     for _ in range(UNIQUE_TRIES):
-        with connection.cursor() as cursor:
-            cursor.execute(sql, values)
-            row = cursor.fetchone()
-        if row is not None:
-            job.pk = row[0]
+        pk = dialect(using).insert_unless_conflicting(
+            connection, "enqueue-unique", table, columns, values
+        )
+        if pk is not None:
+            job.pk = pk
             job._state.adding, job._state.db = False, using
             return None
         holder = Job.objects.using(using).filter(dedup_key=key, status__in=ACTIVE_STATUSES)

@@ -138,11 +138,13 @@ def release(worker_id: str, job_ids: list[int]) -> int:
     count: int = Job.objects.filter(
         pk__in=job_ids, status=JobStatus.RUNNING, worker_id=worker_id
     ).update(
+        # Before attempts changes: MariaDB and MySQL assign left to right, and an
+        # assignment there reads what the ones before it wrote.
+        started_at=Case(When(attempts=1, then=Value(None)), default=F("started_at")),
         status=JobStatus.QUEUED,
         lease_until=None,
         worker_id=None,
         attempts=F("attempts") - 1,
         worker_ids=JSONRemoveLast("worker_ids"),
-        started_at=Case(When(attempts=1, then=Value(None)), default=F("started_at")),
     )
     return count

@@ -1,8 +1,9 @@
 """UPDATE statements the ORM builds but Django's ``update()`` cannot run: with ``RETURNING``
 (``update()`` returns only a row count), or on a connection Django does not manage.
 
-PostgreSQL and SQLite (3.35+) both accept ``RETURNING`` after an UPDATE; the ORM builds the
-statement and the returned columns go through the converters the ORM would apply.
+PostgreSQL and SQLite (3.35+) both accept ``RETURNING`` after an UPDATE; MariaDB and MySQL
+do not, and lock, update and read instead. The ORM builds the statement and the returned
+columns go through the converters the ORM would apply.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Field, JSONField, Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
-from django_outbox.db import named
+from django_outbox.db import dialect, named
 
 
 def update_returning(
@@ -24,13 +25,36 @@ def update_returning(
     ``django_outbox.db.named``); return, for each row changed, the fields named in
     ``returning`` (after the change), in no particular order."""
     connection = connections[queryset.db]
-    sql, params = update_sql(queryset, values)
     columns = ", ".join(connection.ops.quote_name(column(queryset.model, n)) for n in returning)
-    with connection.cursor() as cursor:
-        cursor.execute(named(name, f"{sql} RETURNING {columns}"), params)
-        rows = cursor.fetchall()
+    if not dialect(queryset.db).update_returning:
+        rows = _lock_update_read(name, queryset, values, columns)
+    else:
+        sql, params = update_sql(queryset, values)
+        with connection.cursor() as cursor:
+            cursor.execute(named(name, f"{sql} RETURNING {columns}"), params)
+            rows = cursor.fetchall()
     decode = returned_rows(connection, queryset.model, returning)
     return [decode(row) for row in rows]
+
+
+def _lock_update_read(
+    name: str, queryset: QuerySet[Any], values: dict[str, Any], columns: str
+) -> list[tuple[Any, ...]]:
+    """``UPDATE … RETURNING`` where UPDATE returns nothing: in one transaction, lock the
+    rows (their ids), update them, read them back."""
+    connection = connections[queryset.db]
+    table = connection.ops.quote_name(queryset.model._meta.db_table)
+    with transaction.atomic(using=queryset.db):
+        ids = list(queryset.select_for_update().values_list("pk", flat=True))
+        if not ids:
+            return []
+        mine = queryset.model._default_manager.using(queryset.db).filter(pk__in=ids)
+        sql, params = update_sql(mine, values)
+        placeholders = ", ".join(["%s"] * len(ids))
+        with connection.cursor() as cursor:
+            cursor.execute(named(name, sql), params)
+            cursor.execute(f"SELECT {columns} FROM {table} WHERE id IN ({placeholders})", ids)
+            return list(cursor.fetchall())
 
 
 def update_sql(queryset: QuerySet[Any], values: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:

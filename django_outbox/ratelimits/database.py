@@ -3,6 +3,8 @@
 The statement reads the bucket's row, computes what to give from the old values and writes
 the new ones, all at once: concurrent requests queue on the row's lock (PostgreSQL) or the
 database's write lock (SQLite) for the length of one statement, never a transaction.
+Where an upsert returns nothing (MariaDB, MySQL) a read of the row follows it in the same
+transaction.
 A database server's clock (``Dialect.epoch_seconds``) times every worker alike, whichever
 machine it runs on; SQLite serves one machine, whose clock is used.
 """
@@ -13,7 +15,7 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 
 from django_outbox.db import dialect, named
 from django_outbox.lib.rate import Rate
@@ -53,10 +55,37 @@ class DatabaseStore:
         }
         if not dialect(connection.alias).server_clock:
             params["now"] = time.time()
+        if not dialect(connection.alias).update_returning:
+            return self._run_then_read(connection, kind, params)
         with connection.cursor() as cursor:
-            cursor.execute(_sql(connection.alias, kind), params)
+            cursor.execute(_sql(connection.alias, kind) + _returning(connection.alias), params)
             row: tuple[Any, ...] = cursor.fetchone()
         return row
+
+    def _run_then_read(self, connection: Any, kind: str, params: dict[str, Any]) -> Any:
+        """Where an upsert returns nothing: the upsert, then a read of the row it wrote,
+        in one transaction (the upsert's lock keeps the row as written until then). The
+        read's clock is a moment later than the upsert's: a wait it gives is that much
+        shorter."""
+        quote = connection.ops.quote_name
+        table = quote(RateBucket._meta.db_table)
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute(_sql(connection.alias, kind), params)
+            cursor.execute(
+                f"SELECT granted, tat, {_now(connection.alias)} FROM {table} "
+                f"WHERE {quote('key')} = %(key)s",
+                params,
+            )
+            return cursor.fetchone()
+
+
+def _now(alias: str) -> str:
+    sql = dialect(alias)
+    return sql.epoch_seconds() if sql.server_clock else "%(now)s"
+
+
+def _returning(alias: str) -> str:
+    return f" RETURNING granted, tat, {_now(alias)}"
 
 
 @lru_cache(maxsize=16)
@@ -65,7 +94,7 @@ def _sql(alias: str, kind: str) -> str:
     sql = dialect(alias)
     table = quote(RateBucket._meta.db_table)
     key = quote("key")
-    now = sql.epoch_seconds() if sql.server_clock else "%(now)s"
+    now = _now(alias)
     real = sql.real
     old = f"{table}.tat"
     base = sql.greatest(old, now)
@@ -88,6 +117,5 @@ def _sql(alias: str, kind: str) -> str:
             ["%(key)s", f"{now} + {first} * {interval}", first],
             [key],
             [("granted", grant), ("tat", f"{base} + {grant} * {interval}")],
-        )
-        + f" RETURNING granted, tat, {now}",
+        ),
     )

@@ -22,7 +22,15 @@ from django_outbox.db import dialect
 from django_outbox.wake.base import Sender, Statement, Wake, Waker
 from django_outbox.wake.polling import PollingWaker
 
-__all__ = ["Sender", "Wake", "Waker", "build_sender", "build_waker", "redis_configured"]
+__all__ = [
+    "Sender",
+    "Wake",
+    "Waker",
+    "build_sender",
+    "build_waker",
+    "choice_reason",
+    "redis_configured",
+]
 
 logger = logging.getLogger("django_outbox.wake")
 
@@ -30,6 +38,22 @@ logger = logging.getLogger("django_outbox.wake")
 def redis_configured(alias: str) -> bool:
     backend = str(getattr(settings, "CACHES", {}).get(alias, {}).get("BACKEND", ""))
     return backend.startswith("django_redis.")
+
+
+def choice_reason(using: str) -> str:
+    """Why ``OUTBOX["WAKE"]`` picks the channels it does for the database ``using``, in
+    words, for the worker's start line and the system check."""
+    options = conf.get()
+    if options.WAKE != "auto":
+        return f"WAKE={options.WAKE!r}"
+    database = "LISTEN/NOTIFY" if dialect(using).listen_notify else "no LISTEN/NOTIFY"
+    alias = options.REDIS_ALIAS
+    cache = (
+        f"CACHES[{alias!r}] is django-redis"
+        if redis_configured(alias)
+        else f"no django-redis cache CACHES[{alias!r}]"
+    )
+    return f"WAKE='auto': database {using!r} has {database}, {cache}"
 
 
 class _Both(Sender):

@@ -71,7 +71,7 @@ def insert_jobs(
         params += list(endpoint_ids)
     params += [DEDUP_PREFIX, JobStatus.QUEUED.value, JobStatus.RUNNING.value]
     sql = dialect(using)
-    dedup_key = sql.concat("%s", "CAST(d.id AS TEXT)")
+    dedup_key = sql.concat("%s", sql.text("d.id"))
     return enqueue_select(
         task,
         args_sql=sql.json_array_of("d.id"),

@@ -32,7 +32,7 @@ from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
 from django_outbox.lib import text
 from django_outbox.models import Job
-from django_outbox.wake import Waker, build_waker, notify
+from django_outbox.wake import Waker, build_waker, choice_reason, notify
 from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker import cancellation
 from django_outbox.worker.completer import Completer
@@ -186,7 +186,7 @@ class Worker:
             self._listen()
             logger.info(
                 "worker %s started: backend %s, queues %s, %d threads, batches of %s, "
-                "database %s, wake-ups: %s",
+                "database %s, wake-ups: %s (%s)",
                 self.id,
                 self.backend,
                 ",".join(self.queues),
@@ -196,6 +196,7 @@ class Worker:
                 else self.batch_size,
                 describe_database(self.alias),
                 self.waker.name,
+                choice_reason(self.alias),
             )
             logger.info(
                 "worker %s settings: %s; a change to them takes effect when the worker restarts",

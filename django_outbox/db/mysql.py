@@ -1,0 +1,141 @@
+"""MariaDB 10.6+ (and, in its form, MySQL 8): InnoDB row locks with ``SKIP LOCKED``, JSON
+kept as text and read through the JSON functions, and no ``UPDATE … RETURNING``.
+
+Statements that read back what they wrote do it in a short transaction instead: lock the
+rows, write them, read them (see ``update_returning``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from django_outbox.db.base import Dialect
+from django_outbox.db.names import named
+
+#: MySQL's error number for a duplicate key (ER_DUP_ENTRY).
+DUPLICATE_KEY = 1062
+
+
+class MariaDB(Dialect):
+    vendor = "mysql"
+    array_parameters = False
+    skip_locked = True
+    update_returning = False
+    listen_notify = False
+    server_clock = True
+
+    def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
+        return (
+            "SELECT TABLE_ROWS FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+            [table],
+        )
+
+    def real(self, sql: str) -> str:
+        # A DOUBLE literal makes the product a DOUBLE (parameters arrive as DECIMALs).
+        return f"({sql} * 1e0)"
+
+    def epoch_seconds(self) -> str:
+        # Microseconds since the epoch in UTC whatever the session's time zone
+        # (UNIX_TIMESTAMP(NOW(6)) would go through it, ambiguous once a year).
+        return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) / 1e6)"
+
+    def upsert(
+        self,
+        table: str,
+        columns: list[str],
+        values: list[str],
+        conflict: list[str],
+        updates: list[tuple[str, str]],
+    ) -> str:
+        # ON DUPLICATE KEY UPDATE assigns left to right: an assignment that reads a column
+        # set before it would see the new value. The callers' updates read only columns
+        # they set later, or none.
+        assignments = ", ".join(f"{name} = {sql}" for name, sql in updates)
+        return (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+            f"ON DUPLICATE KEY UPDATE {assignments}"
+        )
+
+    def upsert_adding(self, table: str, columns: list[str], rows: int, added: list[str]) -> str:
+        row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        sums = ", ".join(f"{name} = {name} + VALUES({name})" for name in added)
+        return (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * rows)} "
+            f"ON DUPLICATE KEY UPDATE {sums}"
+        )
+
+    def insert_unless_conflicting(
+        self, connection: Any, name: str, table: str, columns: str, values: list[Any]
+    ) -> int | None:
+        # No ON CONFLICT DO NOTHING (INSERT IGNORE would also turn a value too long into a
+        # warning): insert under a savepoint and take a duplicate key for "held". InnoDB
+        # makes an insert meeting a key another transaction has just written wait for it,
+        # as PostgreSQL does.
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(values))})"
+        try:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                cursor.execute(named(name, sql), values)
+                return int(cursor.lastrowid)
+        except IntegrityError as exc:
+            if exc.args and exc.args[0] == DUPLICATE_KEY:
+                return None
+            raise
+
+    def concat(self, *sql: str) -> str:
+        return f"CONCAT({', '.join(sql)})"
+
+    def text(self, sql: str) -> str:
+        return f"CAST({sql} AS CHAR)"
+
+    def delete_chunk(self, table: str, where: str, order: str, most: int) -> str:
+        # MySQL allows neither LIMIT in an IN subquery nor the deleted table in one; a
+        # single-table DELETE takes ORDER BY and LIMIT itself.
+        return f"DELETE FROM {table} WHERE {where} ORDER BY {order} LIMIT {most}"
+
+    def id_in_subquery(self, column: str, select: str) -> str:
+        raise NotImplementedError("MySQL has no LIMIT in IN subqueries; lock, then update")
+
+    def queue_lock(self, space: int, key: int) -> tuple[str, list[int]] | None:
+        # A named lock is the session's, not the transaction's: queue_unlock() frees it.
+        # GET_LOCK returns 0 after the timeout (a minute): the claim then counts unlocked,
+        # which queue_locked() refuses.
+        return "SELECT GET_LOCK(CONCAT('outbox:', %s, ':', %s), 60)", [space, key]
+
+    def queue_unlock(self, space: int, key: int) -> tuple[str, list[int]] | None:
+        return "SELECT RELEASE_LOCK(CONCAT('outbox:', %s, ':', %s))", [space, key]
+
+    def json_append_text(self, column: str, text: str) -> str:
+        return f"JSON_ARRAY_APPEND({column}, '$', {text})"
+
+    def json_array_of(self, sql: str) -> str:
+        return f"JSON_ARRAY({sql})"
+
+    def json_append(self, column: str, item: str) -> str:
+        # JSON_EXTRACT(…, '$') makes the text a JSON value, appended as one (not a string).
+        return f"JSON_ARRAY_APPEND({column}, '$', JSON_EXTRACT({item}, '$'))"
+
+    def json_remove_last(self, column: str) -> str:
+        # '$[last]' is MariaDB 10.9+: count instead; an empty array stays as it is.
+        return (
+            f"IF(JSON_LENGTH({column}) = 0, {column}, "
+            f"JSON_REMOVE({column}, CONCAT('$[', JSON_LENGTH({column}) - 1, ']')))"
+        )
+
+    def random_token(self, most: int) -> str:
+        return f"CAST(FLOOR(1 + RAND() * {most}) AS SIGNED)"
+
+    def event_type_matches(self, patterns: str) -> str:
+        # LIKE over the binary forms (case-sensitive whatever the collation), with * turned
+        # into % and LIKE's own wildcards escaped with !.
+        pattern = (
+            "REPLACE(REPLACE(REPLACE(REPLACE(p.pattern, '!', '!!'), '%%', '!%%'), "
+            "'_', '!_'), '*', '%%')"
+        )
+        return (
+            f"(JSON_LENGTH({patterns}) = 0 OR EXISTS (SELECT 1 FROM JSON_TABLE({patterns}, "
+            "'$[*]' COLUMNS (pattern VARCHAR(255) PATH '$')) AS p "
+            f"WHERE CAST(%s AS BINARY) LIKE CAST({pattern} AS BINARY) ESCAPE '!'))"
+        )
