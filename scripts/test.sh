@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL, then on
-# MariaDB, each server when reachable.
+# MariaDB (and its MySQL part), each server when reachable.
 #
 # PostgreSQL: DATABASE_URL if set, else postgres://postgres@127.0.0.1:5432/test when a
 # server answers there. MariaDB (or MySQL): MARIADB_URL if set, else
@@ -63,3 +63,13 @@ echo "== pytest on SQLite"
 env -u DATABASE_URL "$PY" -m pytest "$@"
 run PostgreSQL "$pg_url" "$@"
 run MariaDB "$mariadb_url" "$@"
+
+# MySQL's own code paths (no INSERT … RETURNING: ids from the first, or read then
+# inserted) on the same MariaDB server: the tests of every way a job or an attempt is
+# inserted. (A whole run, or none when pytest arguments pick tests.)
+if [ $# = 0 ] && reachable "$mariadb_url" 2>/dev/null; then
+    echo "== pytest on MariaDB with MySQL's inserts (OUTBOX_TEST_DIALECT=mysql)"
+    OUTBOX_TEST_DIALECT=mysql DATABASE_URL=$mariadb_url "$PY" -m pytest -q \
+        tests/test_enqueue.py tests/test_unique.py tests/test_backend.py \
+        tests/test_webhooks_api.py tests/test_webhooks_delivery.py tests/test_mysql.py
+fi

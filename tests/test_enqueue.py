@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 from django.db import connection, transaction
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 def inserts(queries):
-    return [q for q in queries if q["sql"].lstrip().upper().startswith("INSERT")]
+    """The INSERTs, named (``/* outbox:enqueue */ INSERT …``) or not."""
+    return [q for q in queries if re.match(r"(/\*[^*]*\*/ )?INSERT", q["sql"].lstrip(), re.I)]
 
 
 def rows_per_insert() -> int:

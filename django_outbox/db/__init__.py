@@ -11,23 +11,32 @@ from __future__ import annotations
 from django.db import NotSupportedError, connections
 
 from django_outbox.db.base import Dialect
-from django_outbox.db.mysql import MariaDB
+from django_outbox.db.mysql import MariaDB, MySQL
 from django_outbox.db.names import named, statement_name
 from django_outbox.db.postgresql import PostgreSQL
 from django_outbox.db.sqlite import SQLite
 
 __all__ = ["Dialect", "dialect", "named", "statement_name"]
 
-_DIALECTS: dict[str, Dialect] = {d.vendor: d for d in (PostgreSQL(), SQLite(), MariaDB())}
+#: One per family: MariaDB and MySQL share Django's vendor, "mysql".
+_DIALECTS: dict[str, Dialect] = {
+    "postgresql": PostgreSQL(),
+    "sqlite": SQLite(),
+    "mariadb": MariaDB(),
+    "mysql": MySQL(),
+}
 
 
 def dialect(using: str) -> Dialect:
     """The dialect of the database at connection alias ``using``."""
-    vendor = connections[using].vendor
-    found = _DIALECTS.get(vendor)
+    connection = connections[using]
+    family = connection.vendor
+    if family == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+        family = "mariadb"
+    found = _DIALECTS.get(family)
     if found is None:
         raise NotSupportedError(
-            f"django_outbox runs on PostgreSQL, MariaDB and SQLite; the database {using!r} "
-            f"is {vendor}."
+            f"django_outbox runs on PostgreSQL, MariaDB, MySQL and SQLite; the database "
+            f"{using!r} is {family}."
         )
     return found

@@ -20,6 +20,9 @@ class Dialect(ABC):
     skip_locked: bool
     #: ``UPDATE … RETURNING``: a claim marks and reads its rows in one statement.
     update_returning: bool
+    #: ``INSERT … RETURNING``: a multi-row insert gives its rows' ids. Without it (MySQL),
+    #: they are read from the first id the statement took (``inserted_ids``).
+    insert_returning: bool = True
     #: ``LISTEN``/``NOTIFY``: commits wake workers through the database itself.
     listen_notify: bool
     #: ``epoch_seconds()``: the server's own clock, which times every worker alike whichever
@@ -93,6 +96,11 @@ class Dialect(ABC):
     def concat(self, *sql: str) -> str:
         """The texts of ``sql`` one after another."""
         return " || ".join(sql)
+
+    def inserted_ids(self, cursor: Any, count: int) -> list[int]:
+        """The ids of the ``count`` rows the multi-row INSERT ``cursor`` just ran took, in
+        order (``insert_returning`` False only)."""
+        raise NotImplementedError(f"{self.vendor} returns the ids of an INSERT")
 
     def text(self, sql: str) -> str:
         """``sql`` as text."""

@@ -39,7 +39,16 @@ def insert_rows(
     columns = [quote(str(field.column)) for field in fields]  # type: ignore[union-attr]
     into = f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(columns)}) "
     params: list[Any] = []
-    if dialect(connection.alias).array_parameters:
+    sql_dialect = dialect(connection.alias)
+    if not sql_dialect.insert_returning:
+        placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                named(name, f"{into}VALUES {', '.join([placeholders] * len(rows))}"),
+                [value for row in prepared for value in row],
+            )
+            return sql_dialect.inserted_ids(cursor, len(rows))
+    if sql_dialect.array_parameters:
         # One array per column: the same statement text for any number of rows, which
         # psycopg converts once (a VALUES list of N rows is a new text to parse each time),
         # each written as its text form at once (psycopg would quote element by element).

@@ -1,8 +1,9 @@
-"""MariaDB 10.6+ (and, in its form, MySQL 8): InnoDB row locks with ``SKIP LOCKED``, JSON
-kept as text and read through the JSON functions, and no ``UPDATE … RETURNING``.
+"""MariaDB 10.6+ and MySQL 8.0.1+: InnoDB row locks with ``SKIP LOCKED``, JSON read and
+written through the JSON functions, and no ``UPDATE … RETURNING``.
 
 Statements that read back what they wrote do it in a short transaction instead: lock the
-rows, write them, read them (see ``update_returning``).
+rows, write them, read them (see ``jobs/returning.py``). MySQL has no ``INSERT …
+RETURNING`` either: ``MySQL.inserted_ids``.
 """
 
 from __future__ import annotations
@@ -139,3 +140,19 @@ class MariaDB(Dialect):
             "'$[*]' COLUMNS (pattern VARCHAR(255) PATH '$')) AS p "
             f"WHERE CAST(%s AS BINARY) LIKE CAST({pattern} AS BINARY) ESCAPE '!'))"
         )
+
+
+class MySQL(MariaDB):
+    """MySQL: what MariaDB does, but for the ids of a multi-row insert."""
+
+    insert_returning = False
+
+    def inserted_ids(self, cursor: Any, count: int) -> list[int]:
+        # InnoDB takes the ids of a multi-row INSERT … VALUES (a "simple insert": its
+        # number of rows is known up front) in one go, whatever innodb_autoinc_lock_mode
+        # says: consecutive, auto_increment_increment apart, from LAST_INSERT_ID(), which is
+        # the first (an INSERT … SELECT may leave gaps: nothing here relies on its ids).
+        first = int(cursor.lastrowid)
+        cursor.execute("SELECT @@auto_increment_increment")
+        step = int(cursor.fetchone()[0])
+        return [first + n * step for n in range(count)]

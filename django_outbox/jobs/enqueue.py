@@ -20,11 +20,12 @@ from django.utils import timezone
 from django_outbox import conf, telemetry
 from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
+from django_outbox.db.inserts import insert_rows
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import to_task_result
-from django_outbox.lib.resultids import TOKEN_MAX
+from django_outbox.lib.resultids import TOKEN_MAX, new_token
 from django_outbox.models import Job
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
@@ -133,8 +134,24 @@ def insert_jobs(task: Task, jobs: list[Job], alone: bool = False) -> list[TaskRe
             job.save(using=using, force_insert=True)
         else:
             with transaction.atomic(using=using):
-                Job.objects.using(using).bulk_create(jobs, batch_size=CHUNK_SIZE)
+                _insert_many(jobs, using)
     return _announce(task, jobs, using)
+
+
+def _insert_many(jobs: list[Job], using: str) -> None:
+    """Insert ``jobs``, one INSERT per CHUNK_SIZE rows, and give each its primary key."""
+    if dialect(using).insert_returning:
+        Job.objects.using(using).bulk_create(jobs, batch_size=CHUNK_SIZE)
+        return
+    # bulk_create() leaves the ids unset where INSERT returns nothing (MySQL).
+    fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
+    names = [field.name for field in fields]
+    for start in range(0, len(jobs), CHUNK_SIZE):
+        chunk = jobs[start : start + CHUNK_SIZE]
+        rows = [[getattr(job, field.attname) for field in fields] for job in chunk]
+        for job, pk in zip(chunk, insert_rows("enqueue", Job, names, rows), strict=True):
+            job.pk = pk
+            job._state.adding, job._state.db = False, using
 
 
 def _announce(task: Task, jobs: list[Job], using: str) -> list[TaskResult]:
@@ -172,6 +189,8 @@ def enqueue_select(
     quote = connection.ops.quote_name
     template = build_job(task, [], {}, now)
     heard_by_someone = heard(task_enqueued, logging.DEBUG)
+    if heard_by_someone and not dialect(using).insert_returning:
+        return _select_then_insert(task, template, args_sql, dedup_key_sql, source_sql, params)
     with telemetry.enqueue_span(task.module_path, task.queue_name, None) as trace_context:
         template.trace_context = trace_context
         fields = [Job._meta.get_field(name) for name in _SELECT_CONSTANTS]
@@ -207,6 +226,34 @@ def enqueue_select(
         jobs.append(job)
     _announce(task, jobs, using)
     return count
+
+
+def _select_then_insert(
+    task: Task,
+    template: Job,
+    args_sql: str,
+    dedup_key_sql: str,
+    source_sql: str,
+    params: Sequence[Any],
+) -> int:
+    """``enqueue_select`` where an INSERT returns nothing and someone hears
+    ``task_enqueued`` (MySQL): the rows' arguments and keys read first, then the jobs
+    inserted as ``enqueue_many`` inserts them, whose ids are known (an INSERT … SELECT's
+    may have gaps). Two statements, however many rows."""
+    using = router.db_for_write(Job)
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            named("enqueue-select", f"SELECT {args_sql}, {dedup_key_sql} {source_sql}"), params
+        )
+        rows = cursor.fetchall()
+    jobs = []
+    for args, key in rows:
+        job = copy.copy(template)
+        job.args, job.dedup_key, job.token = json.loads(args), key, new_token()
+        jobs.append(job)
+    if jobs:
+        insert_jobs(task, jobs)
+    return len(jobs)
 
 
 #: The columns ``enqueue_select`` writes with the same value in every row.

@@ -1,0 +1,98 @@
+"""MariaDB and MySQL: what only they do (the rest of the suite runs on them unchanged).
+
+MySQL's own code paths (no ``INSERT … RETURNING``) run on the tests' MariaDB server with
+``OUTBOX_TEST_DIALECT=mysql`` (tests/apps.py); ``scripts/test.sh`` runs the tests that
+insert that way so.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.db import connection
+
+from django_outbox import checks as outbox_checks
+from django_outbox.db import dialect
+from django_outbox.db.inserts import insert_rows
+from django_outbox.db.mysql import MySQL
+from django_outbox.models import Job
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB's and MySQL's own")
+
+
+@pytest.mark.django_db
+def test_mysqls_inserted_ids_follow_the_servers_increment(monkeypatch):
+    """A multi-row INSERT's ids, read from the first: right even where the server hands out
+    every third number (a multi-primary cluster's auto_increment_increment)."""
+    from django_outbox import db
+
+    monkeypatch.setitem(db._DIALECTS, "mariadb", MySQL())
+    fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
+    names = [field.name for field in fields]
+    jobs = [JobFactory.build(task_path=f"tests.tasks.n{n}") for n in range(5)]
+    rows = [[getattr(job, field.attname) for field in fields] for job in jobs]
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION auto_increment_increment = 3")
+    try:
+        ids = insert_rows("enqueue", Job, names, rows)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION auto_increment_increment = 1")
+    assert isinstance(dialect("default"), MySQL)
+    stored = dict(Job.objects.values_list("pk", "task_path"))
+    assert [stored[pk] for pk in ids] == [f"tests.tasks.n{n}" for n in range(5)]
+    assert [b - a for a, b in zip(ids, ids[1:], strict=False)] == [3, 3, 3, 3]
+
+
+def test_an_isolation_level_other_than_read_committed_is_warned_about():
+    good = {"ENGINE": "django.db.backends.mysql", "OPTIONS": {"isolation_level": "read committed"}}
+    assert outbox_checks.mysql_checks("default", good) == []
+    assert outbox_checks.mysql_checks("default", {"ENGINE": "django.db.backends.mysql"}) == []
+    for level in ("repeatable read", None):
+        database = {"ENGINE": "django.db.backends.mysql", "OPTIONS": {"isolation_level": level}}
+        (warning,) = outbox_checks.mysql_checks("default", database)
+        assert warning.id == "django_outbox.W005" and warning.level == checks.WARNING
+        assert "not READ COMMITTED" in warning.msg and "read committed" in warning.hint
+
+
+@pytest.mark.django_db
+def test_a_server_that_would_cut_values_silently_is_warned_about():
+    assert outbox_checks.mysql_checks("default", query=True) == []  # the tests' server: strict
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@SESSION.sql_mode")
+        mode = cursor.fetchone()[0]
+        cursor.execute("SET SESSION sql_mode = ''")
+    try:
+        (warning,) = outbox_checks.mysql_checks("default", query=True)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION sql_mode = %s", [mode])
+    assert warning.id == "django_outbox.W006"
+    assert "cut short" in warning.msg and "STRICT_TRANS_TABLES" in warning.hint
+
+
+@pytest.mark.django_db
+def test_without_redis_a_check_says_idle_workers_will_poll_and_why(settings):
+    assert [m for m in outbox_checks.check_wake() if m.id == "django_outbox.W004"] == []
+    settings.CACHES = {"default": settings.CACHES["default"]}
+    (warning,) = [m for m in outbox_checks.check_wake() if m.id == "django_outbox.W004"]
+    assert "no LISTEN/NOTIFY" in warning.msg and "CACHES['redis']" in warning.msg
+    settings.OUTBOX = settings.OUTBOX | {"WAKE": "poll"}  # polling, said aloud
+    assert [m for m in outbox_checks.check_wake() if m.id == "django_outbox.W004"] == []
+
+
+def test_the_workers_start_line_says_which_wake_up_and_why(run_worker, settings, caplog):
+    caplog.set_level("INFO", logger="django_outbox.worker")
+    run_worker()
+    assert (
+        "wake-ups: redis (WAKE='auto': database 'default' has no LISTEN/NOTIFY, "
+        "CACHES['redis'] is django-redis)" in caplog.text
+    )
+    caplog.clear()
+    settings.CACHES = {"default": settings.CACHES["default"]}
+    run_worker()
+    assert (
+        "wake-ups: poll (WAKE='auto': database 'default' has no LISTEN/NOTIFY, "
+        "no django-redis cache CACHES['redis'])" in caplog.text
+    )
