@@ -37,6 +37,11 @@ def cancel(job: TaskResult | int | str) -> str:
     stop (its task sees ``context.cancelled()`` after the worker's next heartbeat): returns
     "requested". A finished job is left as it is: returns its status.
     """
+    from django_outbox.db.routing import jobs_of
     from django_outbox.jobs.operations import cancel_job
 
+    backend = getattr(job, "backend", None)
+    if isinstance(backend, str):  # a TaskResult names its alias, and so its database
+        with jobs_of(backend):
+            return cancel_job(job)
     return cancel_job(job)

@@ -102,20 +102,25 @@ class OutboxBackend(BaseTaskBackend):
                 raise InvalidTask(problem[0].upper() + problem[1:])
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        from django_outbox.db.routing import jobs_of
         from django_outbox.jobs import enqueue
 
         self.validate_task(task)
-        return enqueue.enqueue(task, args, kwargs)
+        with jobs_of(self.alias):
+            return enqueue.enqueue(task, args, kwargs)
 
     def enqueue_many(
         self, task: Task, calls: Iterable[tuple[Sequence[Any], dict[str, Any]]]
     ) -> list[TaskResult]:
+        from django_outbox.db.routing import jobs_of
         from django_outbox.jobs import enqueue
 
         self.validate_task(task)
-        return enqueue.enqueue_many(task, calls)
+        with jobs_of(self.alias):
+            return enqueue.enqueue_many(task, calls)
 
     def get_result(self, result_id: str) -> TaskResult:
+        from django_outbox.db.routing import jobs_of
         from django_outbox.jobs.results import to_task_result
         from django_outbox.lib.resultids import parse_result_id
         from django_outbox.models import Job
@@ -126,7 +131,8 @@ class OutboxBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(str(exc)) from None
         # The token tells the job apart from one that was given the same primary key
         # after this one's enqueue rolled back.
-        job = Job.objects.filter(pk=pk, token=token, backend=self.alias).first()
+        with jobs_of(self.alias):
+            job = Job.objects.filter(pk=pk, token=token, backend=self.alias).first()
         if job is None:
             raise TaskResultDoesNotExist(
                 f"No job has the result id {result_id!r}: its enqueue rolled back, or the "

@@ -12,6 +12,8 @@ E005  OUTBOX["WEBHOOKS"] is invalid (not a dict, an unknown key, a wrong value)
 E006  OUTBOX["QUEUES"] is invalid: a queue's concurrency, rate or burst
 E007  OUTBOX["RETENTION"] is invalid (not None nor a dict, an unknown key, a wrong value)
 E008  OUTBOX["HEALTH"] is invalid (not a dict, an unknown key, a wrong value)
+E009  a TASKS alias's OPTIONS["DATABASE"] is not in DATABASES, or is set while
+      django_outbox.routers.JobsRouter is not in DATABASE_ROUTERS
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
@@ -111,6 +113,40 @@ def check_wake(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
                 hint="Add a django_redis.cache.RedisCache under that alias, or set "
                 "OUTBOX['REDIS_ALIAS'] to the alias of one.",
                 id="django_outbox.E003",
+            )
+        )
+    return messages
+
+
+ROUTER = "django_outbox.routers.JobsRouter"
+
+
+@checks.register()
+def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Aliases that keep their jobs in a database of their own (docs/deployment.md)."""
+    from django_outbox.db.routing import JobsRouter, named_databases
+
+    named = named_databases()
+    messages: list[checks.CheckMessage] = []
+    for alias, database in named.items():
+        if database not in settings.DATABASES:
+            messages.append(
+                checks.Error(
+                    f"TASKS[{alias!r}]['OPTIONS']['DATABASE'] is {database!r}, which is not in "
+                    f"DATABASES ({', '.join(map(repr, settings.DATABASES))}).",
+                    hint="Name one of DATABASES, or leave the option out for the router's choice.",
+                    id="django_outbox.E009",
+                )
+            )
+    routers = getattr(settings, "DATABASE_ROUTERS", [])
+    if named and not any(r == ROUTER or isinstance(r, JobsRouter) for r in routers):
+        messages.append(
+            checks.Error(
+                f"TASKS[{next(iter(named))!r}] keeps its jobs in a database of its own, but "
+                f"DATABASE_ROUTERS lacks {ROUTER!r}: its jobs would be written to one "
+                "database and looked for in another.",
+                hint=f"Put {ROUTER!r} first in DATABASE_ROUTERS.",
+                id="django_outbox.E009",
             )
         )
     return messages

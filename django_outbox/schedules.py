@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.compat import Task, TaskResult
+from django_outbox.db.routing import jobs_of
 from django_outbox.jobs.enqueue import build_job, insert_jobs
 from django_outbox.jobs.results import resolve_task
 from django_outbox.models import ScheduleState
@@ -164,15 +165,23 @@ def enqueue_due(now: datetime | None = None) -> list[TaskResult]:
     now = now or timezone.now()
     enqueued: list[TaskResult] = []
     for schedule in schedules():
-        enqueued.extend(_enqueue_schedule(schedule, now))
+        # A schedule's state lives beside its jobs: in its task's alias's database.
+        with jobs_of(resolve_task(schedule.task).backend):
+            enqueued.extend(_enqueue_schedule(schedule, now))
     return enqueued
 
 
 def next_due(now: datetime | None = None) -> datetime | None:
     """When the next tick of any schedule falls (None: no schedules)."""
     now = now or timezone.now()
-    states = dict(ScheduleState.objects.values_list("name", "last_tick"))
-    upcoming = [s.next_tick(max(states.get(s.name) or now, now)) for s in schedules()]
+    by_backend: dict[str, list[Schedule]] = {}
+    for schedule in schedules():
+        by_backend.setdefault(resolve_task(schedule.task).backend, []).append(schedule)
+    upcoming = []
+    for backend, group in by_backend.items():
+        with jobs_of(backend):  # one read per database
+            states = dict(ScheduleState.objects.values_list("name", "last_tick"))
+        upcoming += [s.next_tick(max(states.get(s.name) or now, now)) for s in group]
     return min(upcoming, default=None)
 
 

@@ -27,16 +27,55 @@ elif default["ENGINE"].endswith("mysql"):
 elif os.environ.get("OUTBOX_TEST_PG_NAME"):
     # Two test runs at once on one server (CI's two rows) each create their own database.
     default["TEST"] = {**default.get("TEST", {}), "NAME": os.environ["OUTBOX_TEST_PG_NAME"]}
+
+
+def _test_name(database: dict) -> str:
+    """The name of the database the test run creates for ``database``."""
+    return str(database.get("TEST", {}).get("NAME") or f"test_{database['NAME']}")
+
+
+def _beside(name: str, suffix: str) -> str:
+    """A second test database's name, from the first's (a SQLite file's path too)."""
+    return (
+        name.replace(".sqlite3", f"-{suffix}.sqlite3")
+        if name.endswith(".sqlite3")
+        else (f"{name}_{suffix}")
+    )
+
+
+# Past one primary (docs/deployment.md): TASKS["elsewhere"] keeps its jobs in a second
+# database of the same family, and, when OUTBOX_TEST_OTHER_URL names a server of another
+# family (scripts/test.sh: MariaDB, in the PostgreSQL run), TASKS["other_family"] in that.
+main_test_name = _test_name(default)
+DATABASES["jobs2"] = {**default, "TEST": {**default.get("TEST", {})}}
+DATABASES["jobs2"]["TEST"]["NAME"] = _beside(main_test_name, "jobs2")
+if os.environ.get("OUTBOX_TEST_OTHER_URL"):
+    from testproject.settings import database_from_url
+
+    DATABASES["other_family"] = database_from_url(os.environ["OUTBOX_TEST_OTHER_URL"])
+    DATABASES["other_family"].setdefault("TEST", {})
+    DATABASES["other_family"]["TEST"]["NAME"] = _beside(main_test_name, "other")
 if os.environ.get("OUTBOX_TEST_DB_NAME"):
-    # A worker subprocess: talk to the database the test run created.
+    # A worker subprocess: talk to the databases the test run created.
     default["NAME"] = os.environ["OUTBOX_TEST_DB_NAME"]
+    DATABASES["jobs2"]["NAME"] = _beside(os.environ["OUTBOX_TEST_DB_NAME"], "jobs2")
+    if "other_family" in DATABASES:
+        DATABASES["other_family"]["NAME"] = _beside(os.environ["OUTBOX_TEST_DB_NAME"], "other")
+DATABASE_ROUTERS = ["django_outbox.routers.JobsRouter"]
 
 TASKS = {
     "default": {
         "BACKEND": "django_outbox.backend.OutboxBackend",
         "QUEUES": ["default", "emails", "reports", "slow", "limited", "rated"],
-    }
+    },
+    "elsewhere": {
+        "BACKEND": "django_outbox.backend.OutboxBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"DATABASE": "jobs2"},
+    },
 }
+if "other_family" in DATABASES:
+    TASKS["other_family"] = {**TASKS["elsewhere"], "OPTIONS": {"DATABASE": "other_family"}}
 
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

@@ -7,6 +7,8 @@ insert that way so.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from django.core import checks
 from django.db import connection
@@ -42,7 +44,7 @@ def test_mysqls_inserted_ids_follow_the_servers_increment(monkeypatch):
     assert isinstance(dialect("default"), MySQL)
     stored = dict(Job.objects.values_list("pk", "task_path"))
     assert [stored[pk] for pk in ids] == [f"tests.tasks.n{n}" for n in range(5)]
-    assert [b - a for a, b in zip(ids, ids[1:], strict=False)] == [3, 3, 3, 3]
+    assert [b - a for a, b in itertools.pairwise(ids)] == [3, 3, 3, 3]
 
 
 def test_an_isolation_level_other_than_read_committed_is_warned_about():

@@ -5,18 +5,20 @@ Everything here runs in the caller's transaction: a rollback sends nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from django_outbox import conf
+from django_outbox.db.routing import jobs_of
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import resolve_task
 from django_outbox.lib import text
@@ -36,6 +38,21 @@ DELIVER_TASK = "django_outbox.webhooks.tasks.deliver"
 
 def _using() -> str:
     return router.db_for_write(Message)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _in_webhooks_database(function: _F) -> _F:
+    """Run ``function`` with django_outbox's models in the database of the webhooks'
+    TASKS alias (``OUTBOX["WEBHOOKS"]["BACKEND"]``; see db/routing.py)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with jobs_of(conf.get().WEBHOOKS.BACKEND):
+            return function(*args, **kwargs)
+
+    return cast(_F, wrapper)
 
 
 def _text(name: str, value: Any, allow_empty: bool = True) -> str:
@@ -95,6 +112,7 @@ def _rate_limit(rate_limit: float | None) -> float | None:
     return float(rate_limit)
 
 
+@_in_webhooks_database
 def create_endpoint(
     url: str,
     *,
@@ -151,6 +169,7 @@ def envelope(event_type: str, payload: Any, at: datetime) -> str:
     return body
 
 
+@_in_webhooks_database
 def send(
     event_type: str,
     payload: Any,
@@ -243,6 +262,7 @@ def enqueue_delivery_jobs(
 # -- operations (the admin exposes them) ---------------------------------------------------
 
 
+@_in_webhooks_database
 def resend(delivery: Delivery) -> bool:
     """Send a delivery again now, whatever its status, as a new round of attempts (numbered
     from 1, with the whole retry schedule). Returns False, changing nothing, while it
@@ -269,6 +289,7 @@ def _has_active_job(delivery_id: int) -> bool:
     ).exists()
 
 
+@_in_webhooks_database
 def recover(endpoint: Endpoint, since: datetime) -> int:
     """Resend every failed delivery to ``endpoint`` created since ``since``; returns how
     many were queued."""
@@ -279,6 +300,7 @@ def recover(endpoint: Endpoint, since: datetime) -> int:
     return sum(resend(delivery) for delivery in failed)
 
 
+@_in_webhooks_database
 def replay(message: Message, endpoint: Endpoint) -> Delivery:
     """Deliver ``message`` to ``endpoint``, again or for the first time. The endpoint must
     be active and belong to the message's tenant."""
@@ -306,6 +328,7 @@ def _deliverable(endpoint: Endpoint) -> None:
         )
 
 
+@_in_webhooks_database
 def send_test(endpoint: Endpoint, payload: Any = None) -> Message:
     """A ``webhook.test`` event to this endpoint alone, whatever its filter."""
     _deliverable(endpoint)
@@ -323,6 +346,7 @@ def send_test(endpoint: Endpoint, payload: Any = None) -> Message:
     return message
 
 
+@_in_webhooks_database
 def enable(endpoint: Endpoint) -> None:
     endpoint.active, endpoint.disabled_reason, endpoint.disabled_at = True, "", None
     endpoint.failing_since, endpoint.consecutive_failures = None, 0
@@ -337,6 +361,7 @@ def enable(endpoint: Endpoint) -> None:
     )
 
 
+@_in_webhooks_database
 def set_rate_limit(endpoint: Endpoint, rate_limit: float | None) -> None:
     """At most ``rate_limit`` requests per second to ``endpoint`` from now on (None: no
     limit). Deliveries over it wait for their turn: they are not failed."""
@@ -344,6 +369,7 @@ def set_rate_limit(endpoint: Endpoint, rate_limit: float | None) -> None:
     endpoint.save(update_fields=["rate_limit"])
 
 
+@_in_webhooks_database
 def disable(endpoint: Endpoint, reason: str = "by hand") -> None:
     """Send nothing more to ``endpoint`` until it is enabled. ``reason`` reads after
     "disabled: " ("by hand", "in the admin by alice")."""
@@ -356,6 +382,7 @@ def disable(endpoint: Endpoint, reason: str = "by hand") -> None:
 MAX_GRACE = timedelta(days=366)
 
 
+@_in_webhooks_database
 def rotate_secret(endpoint: Endpoint, grace: timedelta | None = None) -> str:
     """A new secret for ``endpoint``; the old one keeps signing too for ``grace`` (default
     ``OUTBOX["WEBHOOKS"]["ROTATION_GRACE_SECONDS"]``), so receivers can switch over."""

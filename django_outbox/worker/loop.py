@@ -27,6 +27,7 @@ from django.utils.crypto import get_random_string
 
 from django_outbox import conf
 from django_outbox.db import dialect
+from django_outbox.db.routing import database_of, serving
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
@@ -115,7 +116,7 @@ class Worker:
         self.cannot_claim: str | None = None
         self.inbox = Inbox()
         self.pool = Pool(concurrency, self.inbox)
-        self.alias = router.db_for_write(Job)
+        self.alias = database_of(backend) or router.db_for_write(Job)
         self.db = Database(self.id, self.alias, settings.LEASE_SECONDS, self.stats)
         self.waker: Waker = PollingWaker(self.queues, self._stop)
         self._listener: Listener | None = None
@@ -178,7 +179,10 @@ class Worker:
 
     def run(self) -> WorkerStats:
         """Work until asked to stop (or, with ``burst``, until nothing is due)."""
-        with connections[self.alias].execute_wrapper(self.db.count_statement):
+        with (
+            serving(self.backend),
+            connections[self.alias].execute_wrapper(self.db.count_statement),
+        ):
             self.db.run(
                 lambda: leases.register_worker(self.id, self.queues, self.concurrency, os.getpid())
             )

@@ -11,6 +11,7 @@ from django.db import NotSupportedError, router
 from django_outbox.backend import OutboxBackend
 from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.db import dialect
+from django_outbox.db.routing import serving
 from django_outbox.migrated import require_migrated
 from django_outbox.models import Job
 from django_outbox.worker import console
@@ -99,6 +100,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Everything below reads and writes the database of the alias served.
+        with serving(options["backend"]):
+            self._handle(**options)
+
+    def _handle(self, **options: Any) -> None:
         require_migrated("python manage.py runworker")
         try:
             dialect(router.db_for_write(Job))
