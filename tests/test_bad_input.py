@@ -301,7 +301,9 @@ def test_a_wrong_setting_is_a_system_check_error_with_a_stable_id(
     from django.core import checks
 
     with override_settings(OUTBOX=outbox):
-        errors = [e for e in checks.run_checks(databases=["default"]) if e.id.startswith("django_outbox.")]
+        errors = [
+            e for e in checks.run_checks(databases=["default"]) if e.id.startswith("django_outbox.")
+        ]
     assert [e.id for e in errors] == [check_id], errors
     assert says in errors[0].msg
     assert unchanged()

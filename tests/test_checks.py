@@ -28,7 +28,9 @@ GOOD_SQLITE = {
 def outbox_errors():
     """The errors of the settings checks: E001, E004 to E008 (E002 and E003, the wake-up
     checks, come only once the settings are valid)."""
-    return [m for m in checks.run_checks(databases=["default"]) if m.id.startswith("django_outbox.E")]
+    return [
+        m for m in checks.run_checks(databases=["default"]) if m.id.startswith("django_outbox.E")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -175,7 +177,11 @@ def test_the_backend_check_reports_the_database_it_uses():
 
 
 def wake_errors():
-    return [m for m in checks.run_checks(databases=["default"]) if m.id in ("django_outbox.E002", "django_outbox.E003")]
+    return [
+        m
+        for m in checks.run_checks(databases=["default"])
+        if m.id in ("django_outbox.E002", "django_outbox.E003")
+    ]
 
 
 def test_wake_modes_that_cannot_work_here_are_errors():
@@ -214,7 +220,11 @@ GROUP_CASES = [
 @pytest.mark.parametrize(("group", "outbox", "check_id"), GROUP_CASES)
 def test_a_bad_value_is_reported_under_its_groups_own_check_id(group, outbox, check_id):
     with override_settings(OUTBOX=outbox):
-        found = [m.id for m in checks.run_checks(databases=["default"]) if m.id.startswith("django_outbox.")]
+        found = [
+            m.id
+            for m in checks.run_checks(databases=["default"])
+            if m.id.startswith("django_outbox.")
+        ]
     assert found and set(found) == {check_id}
     assert conf.check_ids()[group] == check_id
 
@@ -240,7 +250,9 @@ GOOD_EVERYWHERE = {
 
 def test_a_good_value_in_every_group_yields_no_check_message():
     with override_settings(OUTBOX=GOOD_EVERYWHERE):
-        assert [m for m in checks.run_checks(databases=["default"]) if m.id.startswith("django_outbox.")] == []
+        assert [
+            m for m in checks.run_checks(databases=["default"]) if m.id.startswith("django_outbox.")
+        ] == []
         settings = conf.get()
     # Coerced to the declared types: tuples from lists, floats from ints.
     assert settings.WEBHOOKS.RETRY_SCHEDULE == (0, 5) and settings.POLL_INTERVAL == 2.0

@@ -118,8 +118,7 @@ def _each_worker_claims_only_its_own_database(start_worker, alias: str, database
     default_worker = start_worker("--burst")
     assert default_worker.wait() == 0, default_worker.log()
     wait_until(
-        lambda: task_backends["default"].get_result(here.id).status
-        == TaskResultStatus.SUCCESSFUL,
+        lambda: task_backends["default"].get_result(here.id).status == TaskResultStatus.SUCCESSFUL,
         what="the default alias's job to run",
     )
 

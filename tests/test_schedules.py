@@ -93,7 +93,9 @@ def test_ticks_follow_the_schedules_time_zone_across_daylight_saving():
 
 def schedule_errors(spec) -> list[str]:
     with override_settings(OUTBOX={"SCHEDULES": spec}):
-        return [m.msg for m in checks.run_checks(databases=["default"]) if m.id == "django_outbox.E004"]
+        return [
+            m.msg for m in checks.run_checks(databases=["default"]) if m.id == "django_outbox.E004"
+        ]
 
 
 @pytest.mark.parametrize(
@@ -147,7 +149,9 @@ def test_each_missing_or_unknown_key_is_its_own_error():
 def test_good_schedules_pass_the_check():
     assert schedule_errors({"nightly": {"task": "tests.tasks.noop", "cron": "0 3 * * *"}}) == []
     with override_settings(OUTBOX={"SCHEDULES": ["nightly"]}):
-        assert any("must be a dict of schedules" in m.msg for m in checks.run_checks(databases=["default"]))
+        assert any(
+            "must be a dict of schedules" in m.msg for m in checks.run_checks(databases=["default"])
+        )
 
 
 @pytest.mark.django_db(transaction=True)
