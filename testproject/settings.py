@@ -103,7 +103,7 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-TASKS = {
+TASKS: dict[str, dict[str, Any]] = {
     "default": {
         "BACKEND": "django_outbox.backend.OutboxBackend",
         "QUEUES": ["default", "emails", "reports"],

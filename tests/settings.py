@@ -7,6 +7,7 @@ name reaches them through OUTBOX_TEST_DB_NAME.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from testproject.settings import *  # noqa: F403
 from testproject.settings import BASE_DIR, DATABASES, INSTALLED_APPS
@@ -47,14 +48,15 @@ def _beside(name: str, suffix: str) -> str:
 # database of the same family, and, when OUTBOX_TEST_OTHER_URL names a server of another
 # family (scripts/test.sh: MariaDB, in the PostgreSQL run), TASKS["other_family"] in that.
 main_test_name = _test_name(default)
-DATABASES["jobs2"] = {**default, "TEST": {**default.get("TEST", {})}}
-DATABASES["jobs2"]["TEST"]["NAME"] = _beside(main_test_name, "jobs2")
+jobs2: dict[str, Any] = {**default, "TEST": {**default.get("TEST", {})}}
+jobs2["TEST"]["NAME"] = _beside(main_test_name, "jobs2")
+DATABASES["jobs2"] = jobs2
 if os.environ.get("OUTBOX_TEST_OTHER_URL"):
     from testproject.settings import database_from_url
 
-    DATABASES["other_family"] = database_from_url(os.environ["OUTBOX_TEST_OTHER_URL"])
-    DATABASES["other_family"].setdefault("TEST", {})
-    DATABASES["other_family"]["TEST"]["NAME"] = _beside(main_test_name, "other")
+    other: dict[str, Any] = database_from_url(os.environ["OUTBOX_TEST_OTHER_URL"])
+    other["TEST"] = {**other.get("TEST", {}), "NAME": _beside(main_test_name, "other")}
+    DATABASES["other_family"] = other
 if os.environ.get("OUTBOX_TEST_DB_NAME"):
     # A worker subprocess: talk to the databases the test run created.
     default["NAME"] = os.environ["OUTBOX_TEST_DB_NAME"]
@@ -75,7 +77,11 @@ TASKS = {
     },
 }
 if "other_family" in DATABASES:
-    TASKS["other_family"] = {**TASKS["elsewhere"], "OPTIONS": {"DATABASE": "other_family"}}
+    TASKS["other_family"] = {
+        "BACKEND": "django_outbox.backend.OutboxBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"DATABASE": "other_family"},
+    }
 
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
