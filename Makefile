@@ -13,6 +13,7 @@ $(PY):
 	@python=$$(scripts/find-python.sh) && echo "Using $$python" && $$python -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]" -e "./bench[peers]"
+	@$(PY) -m pip install --quiet "mysqlclient>=2.2" || echo "mysqlclient did not build: the MariaDB tests will be skipped (Debian: apt install default-libmysqlclient-dev pkg-config)"
 
 install: $(PY) ## Create .venv (Python >= 3.12): the project with its dev extra, and the benchmarks (bench/) with their peers.
 
@@ -24,6 +25,7 @@ $(PY_LTS):
 	@python=$$(scripts/find-python.sh 3.11) && echo "Using $$python" && $$python -m venv $(VENV_LTS)
 	$(PY_LTS) -m pip install --quiet --upgrade pip
 	$(PY_LTS) -m pip install --quiet -e ".[dev]" -e "./bench[peers]" "django>=5.2,<5.3"
+	@$(PY_LTS) -m pip install --quiet "mysqlclient>=2.2" || echo "mysqlclient did not build: the MariaDB tests will be skipped (Debian: apt install default-libmysqlclient-dev pkg-config)"
 
 install-lts: $(PY_LTS) ## Create .venv-lts: Python 3.11, Django 5.2 LTS and the django-tasks backport.
 
@@ -31,10 +33,10 @@ demo: $(PY) ## Run the demo on SQLite: enqueue jobs, run the worker, serve the a
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py demo $(ARGS)
 
-test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL when reachable (ARGS for pytest).
+test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL and MariaDB when reachable (ARGS for pytest).
 	VENV_PYTHON=$(PY) scripts/test.sh $(ARGS)
 
-test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3.11 (SQLite, then PostgreSQL).
+test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3.11 (SQLite, PostgreSQL, MariaDB).
 	VENV_PYTHON=$(PY_LTS) scripts/test.sh $(ARGS)
 
 screenshots: $(PY) ## Retake the admin screenshots in docs/img/ (headless Chromium).
