@@ -3,6 +3,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_outbox.jobs.claim import claim
 from django_outbox.jobs.complete import Outcome, complete
@@ -126,3 +127,21 @@ def test_per_job_json_and_text_reach_the_row_exactly(job_factory):
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::text[]", [texts])
         assert cursor.fetchone()[0] == [*map(str, TRICKY_VALUES), None, None]
+
+
+def test_a_held_back_first_run_is_queued_as_if_never_claimed(job_factory):
+    """The attempt, its start and its worker id come off again (the start is read before
+    the attempt changes: MariaDB and MySQL assign left to right)."""
+    job_factory()
+    (claimed,) = claim("w1", ["default"], 1, 30)
+    later = timezone.now() + timedelta(seconds=30)
+    outcome = Outcome(claimed, succeeded=False, held_until=later, new_kwargs={"turn": 2})
+    assert complete("w1", [outcome]) == 1
+    row = Job.objects.get(pk=claimed.id)
+    assert (row.status, row.attempts, row.started_at, row.worker_ids) == (
+        JobStatus.QUEUED,
+        0,
+        None,
+        [],
+    )
+    assert row.run_at == later and row.kwargs == {"turn": 2} and row.worker_id is None
