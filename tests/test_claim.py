@@ -3,6 +3,7 @@ import threading
 import time
 from datetime import timedelta
 
+import factory
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
@@ -55,6 +56,40 @@ def test_nothing_due_claims_nothing(job_factory):
     job_factory(status=JobStatus.SUCCEEDED)
     assert claim("w1", ["default"], 10, 30) == []
     assert claim("w1", [], 10, 30) == []
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no row locks")
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_of_several_queues_locks_only_the_jobs_it_takes(job_factory):
+    """Two workers claiming the same queues at once each get jobs: a claim holds the rows
+    it took until it commits, and no others (a sorted locking read on MariaDB once locked
+    every due row it read, leaving the other worker nothing)."""
+    # Enough rows for MariaDB to sort them rather than read an index in order.
+    jobs = job_factory.create_batch(
+        300, queue=factory.Iterator(["default", "emails", "reports"])
+    )
+    jobs = [job for job in jobs if job.queue != "reports"]
+    took = threading.Event()
+    release = threading.Event()
+    first: list[int] = []
+
+    def claim_and_hold():
+        with transaction.atomic():  # the claim's locks last until this commits
+            first.extend(job.id for job in claim("w1", ["default", "emails"], 3, 30))
+            took.set()
+            release.wait(10)
+        connections.close_all()
+
+    holder = threading.Thread(target=claim_and_hold)
+    holder.start()
+    try:
+        assert took.wait(10)
+        second = [job.id for job in claim("w2", ["default", "emails"], 5, 30)]
+    finally:
+        release.set()
+        holder.join()
+    assert first == [job.pk for job in jobs[:3]]
+    assert second == [job.pk for job in jobs[3:8]]
 
 
 @pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no row locks")

@@ -106,6 +106,11 @@ class Dialect(ABC):
         """``sql`` as text."""
         return f"CAST({sql} AS TEXT)"
 
+    def claim_index(self, queue_count: int) -> str:
+        """What follows the job table's name in the claim's SELECT: an index hint where the
+        database needs one ("" elsewhere)."""
+        return ""
+
     def skip_locked_suffix(self) -> str:
         """What ends a SELECT that locks its rows and skips those locked elsewhere ("" when
         the database has no row locks)."""

@@ -85,6 +85,15 @@ class MariaDB(Dialect):
                 return None
             raise
 
+    def claim_index(self, queue_count: int) -> str:
+        # InnoDB locks every row a locking read reads that matches what the index holds.
+        # Sorting the queued rows of several queues would read (and lock) them all, and
+        # leave other workers nothing to claim: read them in claim order instead, with the
+        # queue and backend in the index to pass over other queues' rows unlocked
+        # (migration 0010). One queue: its own rows, in claim order.
+        name = "outbox_job_claim" if queue_count == 1 else "outbox_job_claim_order"
+        return f" FORCE INDEX ({name})"
+
     def concat(self, *sql: str) -> str:
         return f"CONCAT({', '.join(sql)})"
 

@@ -400,8 +400,8 @@ def _due_sql(alias: str, queue_count: int, columns: str, limit: str) -> str:
     """The SELECT of due jobs of ``queue_count`` queues, in claim order, locked."""
     quote = connections[alias].ops.quote_name
     return (
-        f"SELECT {columns} FROM {quote(Job._meta.db_table)} "
-        f"WHERE status = '{JobStatus.QUEUED.value}' "
+        f"SELECT {columns} FROM {quote(Job._meta.db_table)}"
+        f"{dialect(alias).claim_index(queue_count)} WHERE status = '{JobStatus.QUEUED.value}' "
         f"AND queue IN ({', '.join(['%s'] * queue_count)}) AND run_at <= %s AND backend = %s "
         f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}"
         f"{dialect(alias).skip_locked_suffix()}"

@@ -10,7 +10,10 @@ over the whole table (its check says so: models.W036, W037). In their place:
 - Message idempotency keys: a plain unique index over (tenant, key); rows without a key
   hold NULL, which never collides.
 - The claim, lease and failure indexes: led by the status their partial index kept, so
-  that a claim reads only queued rows, in claim order.
+  that a claim reads only queued rows, in claim order. A claim of several queues reads a
+  second index, in claim order across queues, holding the queue and the backend too: a
+  locking read locks what it reads, so it must read no further than the rows it takes
+  (``Dialect.claim_index``).
 
 Other databases have what the models declare: nothing happens there.
 """
@@ -31,6 +34,8 @@ FORWARD = [
     "(tenant, idempotency_key)",
     f"DROP INDEX outbox_job_claim ON {_JOB}",
     f"CREATE INDEX outbox_job_claim ON {_JOB} (status, queue, priority DESC, run_at, id)",
+    f"CREATE INDEX outbox_job_claim_order ON {_JOB} "
+    "(status, priority DESC, run_at, id, queue, backend)",
     f"DROP INDEX outbox_job_failed ON {_JOB}",
     f"CREATE INDEX outbox_job_failed ON {_JOB} (status, finished_at)",
     f"DROP INDEX outbox_job_lease ON {_JOB}",
@@ -42,6 +47,7 @@ BACKWARD = [
     f"CREATE INDEX outbox_job_lease ON {_JOB} (lease_until)",
     f"DROP INDEX outbox_job_failed ON {_JOB}",
     f"CREATE INDEX outbox_job_failed ON {_JOB} (finished_at)",
+    f"DROP INDEX outbox_job_claim_order ON {_JOB}",
     f"DROP INDEX outbox_job_claim ON {_JOB}",
     f"CREATE INDEX outbox_job_claim ON {_JOB} (queue, priority DESC, run_at, id)",
     "DROP INDEX outbox_message_idempotency ON django_outbox_message",
