@@ -65,9 +65,7 @@ def test_a_claim_of_several_queues_locks_only_the_jobs_it_takes(job_factory):
     it took until it commits, and no others (a sorted locking read on MariaDB once locked
     every due row it read, leaving the other worker nothing)."""
     # Enough rows for MariaDB to sort them rather than read an index in order.
-    jobs = job_factory.create_batch(
-        300, queue=factory.Iterator(["default", "emails", "reports"])
-    )
+    jobs = job_factory.create_batch(300, queue=factory.Iterator(["default", "emails", "reports"]))
     jobs = [job for job in jobs if job.queue != "reports"]
     took = threading.Event()
     release = threading.Event()
