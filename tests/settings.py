@@ -47,22 +47,28 @@ def _beside(name: str, suffix: str) -> str:
 # Past one primary (docs/deployment.md): TASKS["elsewhere"] keeps its jobs in a second
 # database of the same family, and, when OUTBOX_TEST_OTHER_URL names a server of another
 # family (scripts/test.sh: MariaDB, in the PostgreSQL run), TASKS["other_family"] in that.
+# The test run creates them only when a test asks for them: a worker subprocess has them
+# only when its test says so (OUTBOX_TEST_MORE_DATABASES), as its checks would reach them.
+worker_name = os.environ.get("OUTBOX_TEST_DB_NAME")
+more_databases = not worker_name or os.environ.get("OUTBOX_TEST_MORE_DATABASES") == "1"
 main_test_name = _test_name(default)
-jobs2: dict[str, Any] = {**default, "TEST": {**default.get("TEST", {})}}
-jobs2["TEST"]["NAME"] = _beside(main_test_name, "jobs2")
-DATABASES["jobs2"] = jobs2
-if os.environ.get("OUTBOX_TEST_OTHER_URL"):
+if worker_name:
+    # A worker subprocess: talk to the databases the test run created.
+    default["NAME"] = worker_name
+if more_databases:
+    jobs2: dict[str, Any] = {**default, "TEST": {**default.get("TEST", {})}}
+    jobs2["TEST"]["NAME"] = _beside(main_test_name, "jobs2")
+    if worker_name:
+        jobs2["NAME"] = _beside(worker_name, "jobs2")
+    DATABASES["jobs2"] = jobs2
+if more_databases and os.environ.get("OUTBOX_TEST_OTHER_URL"):
     from testproject.settings import database_from_url
 
     other: dict[str, Any] = database_from_url(os.environ["OUTBOX_TEST_OTHER_URL"])
     other["TEST"] = {**other.get("TEST", {}), "NAME": _beside(main_test_name, "other")}
+    if worker_name:
+        other["NAME"] = _beside(worker_name, "other")
     DATABASES["other_family"] = other
-if os.environ.get("OUTBOX_TEST_DB_NAME"):
-    # A worker subprocess: talk to the databases the test run created.
-    default["NAME"] = os.environ["OUTBOX_TEST_DB_NAME"]
-    DATABASES["jobs2"]["NAME"] = _beside(os.environ["OUTBOX_TEST_DB_NAME"], "jobs2")
-    if "other_family" in DATABASES:
-        DATABASES["other_family"]["NAME"] = _beside(os.environ["OUTBOX_TEST_DB_NAME"], "other")
 DATABASE_ROUTERS = ["django_outbox.routers.JobsRouter"]
 
 TASKS = {
@@ -70,12 +76,13 @@ TASKS = {
         "BACKEND": "django_outbox.backend.OutboxBackend",
         "QUEUES": ["default", "emails", "reports", "slow", "limited", "rated"],
     },
-    "elsewhere": {
+}
+if "jobs2" in DATABASES:
+    TASKS["elsewhere"] = {
         "BACKEND": "django_outbox.backend.OutboxBackend",
         "QUEUES": ["default"],
         "OPTIONS": {"DATABASE": "jobs2"},
-    },
-}
+    }
 if "other_family" in DATABASES:
     TASKS["other_family"] = {
         "BACKEND": "django_outbox.backend.OutboxBackend",

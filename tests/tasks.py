@@ -23,12 +23,6 @@ def noop() -> None:
     return None
 
 
-@task(backend="elsewhere")
-def elsewhere_noop() -> None:
-    """A task of TASKS["elsewhere"], whose jobs live in their own database."""
-    return None
-
-
 @task()
 def add(a: int, b: int) -> int:
     return a + b

@@ -80,7 +80,7 @@ def test_a_schedule_ticks_in_the_database_of_its_tasks_alias(settings):
     from django_outbox import schedules
 
     settings.OUTBOX = settings.OUTBOX | {
-        "SCHEDULES": {"often": {"task": "tests.tasks.elsewhere_noop", "cron": "* * * * *"}}
+        "SCHEDULES": {"often": {"task": "tests.tasks_elsewhere.noop", "cron": "* * * * *"}}
     }
     schedules.enqueue_due()
     assert ScheduleState.objects.using("jobs2").filter(name="often").exists()
@@ -110,12 +110,13 @@ def test_a_database_an_alias_names_must_exist_and_be_routed(settings):
 def _each_worker_claims_only_its_own_database(start_worker, alias: str, database: str) -> None:
     here = tasks.add.enqueue(1, 2)
     there = tasks.add.using(backend=alias).enqueue(3, 4)
-    worker = start_worker("--backend", alias, "--burst")
+    more = {"OUTBOX_TEST_MORE_DATABASES": "1"}
+    worker = start_worker("--backend", alias, "--burst", extra_env=more)
     assert worker.wait() == 0, worker.log()
     assert task_backends[alias].get_result(there.id).status == TaskResultStatus.SUCCESSFUL
     assert task_backends["default"].get_result(here.id).status == TaskResultStatus.READY
     assert f"database {database} (" in worker.log()
-    default_worker = start_worker("--burst")
+    default_worker = start_worker("--burst", extra_env=more)
     assert default_worker.wait() == 0, default_worker.log()
     wait_until(
         lambda: task_backends["default"].get_result(here.id).status == TaskResultStatus.SUCCESSFUL,
