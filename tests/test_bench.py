@@ -42,24 +42,36 @@ def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys,
     best = next(line for line in out.splitlines() if "drain (best round)" in line)
     assert f"{max(rates):,.0f} jobs/s" in best
     ceiling = next(line for line in out.splitlines() if "raw-SQL ceiling" in line)
-    if connection.vendor != "postgresql":
-        assert "not measured: PostgreSQL only, not sqlite" in ceiling
+    if connection.vendor not in ("postgresql", "mysql"):
+        assert f"not measured: PostgreSQL and MariaDB only, not {connection.vendor}" in ceiling
         return
     ratios = next(line for line in out.splitlines() if "ours / ceiling, each round" in line)
     assert len(figures["ceiling"]["round_ratios"]) == 2
     assert f"(median {figures['ceiling']['median_round_ratio']:.0%})" in ratios
     assert "300 succeeded" in ceiling
-    # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one empty
-    # claim per thread at the end.
     per_job = float(ceiling.split("succeeded; ")[1].split()[0])
-    assert 0.04 <= per_job <= (2 * 6 + 4) / 300
     ratio = next(line for line in out.splitlines() if "django_outbox / ceiling" in line)
     assert ratio.strip().endswith("% of its drain rate")
-    wal = next(line for line in out.splitlines() if "WAL: django_outbox / ceiling" in line)
-    assert float(wal.split()[-1].rstrip("x")) > 0
-    with connection.cursor() as cursor:  # the ceiling's table is gone after the run
-        cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
-        assert cursor.fetchone()[0] is None
+    claim = next(line for line in out.splitlines() if "raw-SQL ceiling's claim" in line)
+    if connection.vendor == "postgresql":
+        # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one
+        # empty claim per thread at the end.
+        assert 0.04 <= per_job <= (2 * 6 + 4) / 300
+        assert "RETURNING id" in claim
+        wal = next(line for line in out.splitlines() if "WAL: django_outbox / ceiling" in line)
+        assert float(wal.split()[-1].rstrip("x")) > 0
+    else:
+        # MariaDB: the SELECT … SKIP LOCKED and the UPDATE of a claim, and the completion,
+        # per batch (a claim a deadlock rolled back runs again); an empty claim per thread.
+        assert per_job == round(figures["ceiling"]["statements_per_job"], 3)
+        assert (3 * 6 + 4) / 300 <= figures["ceiling"]["statements_per_job"] <= 40 / 300
+        assert "FOR UPDATE SKIP LOCKED, then one UPDATE of the ids" in claim
+        assert "READ COMMITTED" in claim
+        # No WAL: MariaDB counts its redo log for the whole server only.
+        assert "WAL" not in ceiling and "WAL: django_outbox / ceiling" not in out
+        assert figures["ceiling"]["wal_bytes_per_job"] is None
+    # the ceiling's table is gone after the run
+    assert "outbox_bench_ceiling" not in connection.introspection.table_names()
 
 
 def test_latency_and_idle_run_and_print_a_row_per_mode(capsys):
@@ -424,8 +436,9 @@ def test_latency_bursts_in_transactions_with_redis_wake_ups_and_the_ceiling(caps
     assert ours[0]["worker_wakes"] == ["redis"] and ours[0]["worker_exit_codes"] == [0]
     assert ours[0]["worker_dir"] == ours[0]["enqueuer_dir"]  # this checkout, both
     assert re.search(r"  redis\s+1x1\s+atomic\s+[\d.]+", out)
-    if connection.vendor != "postgresql":
-        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only, not sqlite", out)
+    if connection.vendor != "postgresql":  # the pickup ceiling waits on LISTEN/NOTIFY
+        says = rf"PostgreSQL only, not {connection.vendor} \(it waits on LISTEN/NOTIFY\)"
+        assert re.search(rf"raw-SQL ceiling\s+not measured: {says}", out)
         return
     (ceiling,) = [row for row in figures["modes"] if row["system"] == "raw-SQL ceiling"]
     assert (ceiling["ran"], ceiling["not_run"], ceiling["enqueue"]) == (6, 0, "atomic")
@@ -591,8 +604,9 @@ def test_drain_ceiling_alternates_with_the_raw_sql_ceiling_without_the_peers(cap
     out = capsys.readouterr().out
     figures = _bench_json(tmp_path / "drain.json")
     assert "peers" not in figures and "peers," not in out
-    if connection.vendor != "postgresql":
-        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
+    if connection.vendor not in ("postgresql", "mysql"):
+        says = f"PostgreSQL and MariaDB only, not {connection.vendor}"
+        assert re.search(rf"raw-SQL ceiling\s+not measured: {says}", out)
         return
     ratios = figures["ceiling"]["round_ratios"]
     assert len(ratios) == 2 and figures["ceiling"]["median_round_ratio"] > 0
@@ -676,23 +690,48 @@ def test_drain_reports_runworker_failing_with_its_output_and_cleans_up(tmp_path)
 def test_the_raw_sql_ceiling_is_the_lean_row_and_times_its_own_drain():
     from django.db import connection
 
-    from outbox_bench import ceiling
+    from outbox_bench import ceiling, ceiling_mariadb
 
-    if connection.vendor != "postgresql":
-        pytest.skip("the raw-SQL ceiling is PostgreSQL's")
+    if connection.vendor not in ("postgresql", "mysql"):
+        pytest.skip("the raw-SQL ceiling is PostgreSQL's and MariaDB's")
     f = ceiling.drain(300, 2, 2)
     assert f.succeeded == f.jobs == 300 and (f.processes, f.threads, f.batch) == (2, 2, 50)
     assert f.per_s == pytest.approx(300 / f.seconds) and f.seconds > 0
-    # A claim and a completion per batch of 50 (more batches when claims meet), and an
-    # empty claim per thread at the end.
-    assert (2 * 6 + 4) / 300 <= f.statements_per_job <= 40 / 300
+    if connection.vendor == "postgresql":
+        # A claim and a completion per batch of 50 (more batches when claims meet), and an
+        # empty claim per thread at the end.
+        assert (2 * 6 + 4) / 300 <= f.statements_per_job <= 40 / 300
+        assert f.wal_bytes_per_job > 0
+        create = ceiling._CREATE.split("(", 1)[1].split(");", 1)[0]
+    else:
+        # The claim's SELECT … SKIP LOCKED and UPDATE, and the completion, per batch.
+        assert (3 * 6 + 4) / 300 <= f.statements_per_job <= 60 / 300
+        assert f.wal_bytes_per_job is None
+        assert ceiling_mariadb.LOCK.endswith(f"LIMIT {ceiling.BATCH} FOR UPDATE SKIP LOCKED")
+        create = ceiling_mariadb.CREATE.split("(", 1)[1].rsplit(")", 1)[0]
     # The row: id, queue, status, priority and run_at for the claim order, a lease.
-    columns = ceiling._CREATE.split("(", 1)[1].split(");", 1)[0]
-    names = [line.split()[0] for line in columns.strip().splitlines()]
+    lines = [line.split() for line in create.strip().splitlines()]
+    names = [line[0] for line in lines if line[0] != "INDEX"]
     assert names == ["id", "queue", "status", "priority", "run_at", "lease_until"]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
-        assert cursor.fetchone()[0] is None  # dropped after the run
+    assert "outbox_bench_ceiling" not in connection.introspection.table_names()  # dropped
+
+
+def test_the_mariadb_ceiling_claims_in_read_committed_transactions():
+    from django.db import connection
+
+    from outbox_bench import mariadb
+
+    if connection.vendor != "mysql":
+        pytest.skip("MariaDB's ceiling")
+    db = mariadb.connect(mariadb.plain_params(), autocommit=False)
+    try:
+        cursor = db.cursor()
+        cursor.execute("SELECT @@tx_isolation, @@autocommit, DATABASE()")
+        isolation, autocommit, database = cursor.fetchone()
+    finally:
+        db.close()
+    assert (isolation, autocommit) == ("READ-COMMITTED", 0)
+    assert database == connection.settings_dict["NAME"]  # the database Django uses
 
 
 def test_pgqueuer_drains_with_its_own_processes_timed_from_its_log(tmp_path):
