@@ -230,6 +230,10 @@ def _peer_leftovers():
         with connection.cursor() as cursor:
             cursor.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'outbox_bench%%'")
             left += [row[0] for row in cursor.fetchall()]
+    elif connection.vendor == "mysql":  # a peer's own database there
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE 'outbox\\_bench%%'")
+            left += [row[0] for row in cursor.fetchall()]
     client = redis.Redis.from_url(settings.CACHES["redis"]["LOCATION"])
     return left + [key.decode() for key in client.scan_iter("outbox_bench_celery:*")]
 
@@ -247,12 +251,21 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
     out = capsys.readouterr().out
     peers = _peer_figures(out_file)
     assert set(peers) == {"django-tasks-db", "procrastinate", "pgqueuer", "celery"}
-    postgres_peers = ("django-tasks-db", "procrastinate", "pgqueuer")
-    if connection.vendor != "postgresql":
+    vendor = connection.vendor
+    postgres_peers = ("procrastinate", "pgqueuer")
+    if vendor != "postgresql":
         for name in postgres_peers:
-            assert peers[name]["missing"] == "runs on PostgreSQL here, not sqlite"
-            assert re.search(rf"{name}\s+not measured: runs on PostgreSQL here", out)
-    measured = ["celery", *(postgres_peers if connection.vendor == "postgresql" else ())]
+            assert peers[name]["missing"] == f"runs on PostgreSQL here, not {vendor}"
+            assert re.search(rf"{name}\s+not measured: runs on PostgreSQL here, not {vendor}", out)
+    if vendor not in ("postgresql", "mysql"):
+        says = f"runs on PostgreSQL or MariaDB here, not {vendor}"
+        assert peers["django-tasks-db"]["missing"] == says
+        assert re.search(rf"django-tasks-db\s+not measured: {says}", out)
+    measured = ["celery"]
+    if vendor in ("postgresql", "mysql"):  # django-tasks-db runs on both
+        measured.append("django-tasks-db")
+    if vendor == "postgresql":
+        measured += postgres_peers
     ours = json.loads(out_file.read_text())["figures"]["drain"]["drain_per_s"]
     for name in measured:
         peer = peers[name]
@@ -264,10 +277,14 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
         assert f"{ours / peer['per_s']:.1f}x" in row
         if name == "celery":  # Redis commands, not PostgreSQL's counts
             assert peer["redis_commands_per_job"] > 0 and peer["transactions_per_job"] is None
-        else:  # every job costs each of these peers transactions (PgQueuer's are of batches
-            # of 10) and some WAL
+        elif vendor == "postgresql":  # every job costs each of these peers transactions
+            # (PgQueuer's are of batches of 10) and some WAL
             least = 0.05 if name == "pgqueuer" else 1
             assert peer["transactions_per_job"] >= least and peer["wal_bytes_per_job"] > 0
+        else:  # MariaDB counts both for the whole server only: not measured, and shown so
+            assert peer["transactions_per_job"] is None and peer["wal_bytes_per_job"] is None
+            assert peer["redis_commands_per_job"] is None
+            assert row.split()[-3:] == ["-", "-", "-"], row
     fastest = max(measured, key=lambda name: peers[name]["per_s"])
     assert f"django_outbox / fastest peer ({fastest}): " in out
     assert _peer_leftovers() == []
@@ -281,11 +298,15 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
         "poll", "--peers", "--json", str(tmp_path / "latency.json"),
     )  # fmt: skip
     out = capsys.readouterr().out
+    vendor = connection.vendor
     measured = ["celery"]
-    if connection.vendor == "postgresql":
+    if vendor == "postgresql":
         measured += ["raw-SQL ceiling", "django-tasks-db", "procrastinate"]
     else:
-        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
+        says = rf"PostgreSQL only, not {vendor} \(it waits on LISTEN/NOTIFY\)"
+        assert re.search(rf"raw-SQL ceiling\s+not measured: {says}", out)
+    if vendor == "mysql":
+        measured.append("django-tasks-db")
     peers = _peer_figures(tmp_path / "latency.json")
     for name in measured:
         assert peers[name].get("jobs") == 5, out
@@ -300,6 +321,11 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
     )  # fmt: skip
     out = capsys.readouterr().out
     peers = _peer_figures(tmp_path / "idle.json")
+    if vendor == "mysql":  # its idle cost would be the server's transactions for its database
+        measured.remove("django-tasks-db")
+        says = "MariaDB counts transactions for the whole server only, not per database"
+        assert peers["django-tasks-db"]["missing"] == says
+        assert re.search(rf"django-tasks-db\s+not measured: {says}", out)
     for name in measured:
         assert peers[name].get("workers") == 1, out
         assert peers[name]["unit"] == ("Redis commands" if name == "celery" else "transactions")
@@ -741,7 +767,7 @@ def test_pgqueuer_drains_with_its_own_processes_timed_from_its_log(tmp_path):
 
     peer = PgQueuerPeer()
     if connection.vendor != "postgresql":
-        assert peer.missing() == "runs on PostgreSQL here, not sqlite"
+        assert peer.missing() == f"runs on PostgreSQL here, not {connection.vendor}"
         return
     if peer.missing() is not None:
         pytest.skip(f"PgQueuer: {peer.missing()}")

@@ -452,7 +452,7 @@ class Command(BaseCommand):
                     else f"PostgreSQL only, not {connection.vendor} (it waits on LISTEN/NOTIFY)"
                 )
             else:
-                missing = peer.missing()
+                missing = peer.missing(measure)
             if missing is not None:
                 self.results["figures"].setdefault("peers", []).append(
                     {"peer": name, "missing": missing}

@@ -3,7 +3,9 @@
 A peer's own code runs in child processes (``python -m outbox_bench.peers.<peer>
 <step> …``), told where the database and Redis are through the environment; this process
 only starts them and watches the servers, with connections of its own whose statements it
-counts and leaves out of the peer's figures.
+counts and leaves out of the peer's figures. A peer that keeps its jobs in the database
+does so in a schema of its own on PostgreSQL, a database of its own on MariaDB
+(``outbox_bench.mariadb``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from django.conf import settings
 from django.db import connection
@@ -29,6 +31,9 @@ from django.db import connection
 #: peer's schema first on its search_path) and the Redis URL.
 PG_ENV = "OUTBOX_BENCH_PEER_PG"
 REDIS_ENV = "OUTBOX_BENCH_PEER_REDIS"
+
+#: The databases a peer may keep its jobs in, as its messages name them.
+VENDOR_NAMES = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
 
 #: How often the observer counts finished jobs while a peer drains.
 POLL_SECONDS = 0.05
@@ -50,8 +55,9 @@ class PeerDrain:
     seconds: float
     per_s: float
     succeeded: int
-    #: PostgreSQL peers: transactions committed during the drain, and WAL written from the
-    #: enqueue to the end of the drain, per job.
+    #: Peers on PostgreSQL: transactions committed during the drain, and WAL written from
+    #: the enqueue to the end of the drain, per job (None on MariaDB, which counts both for
+    #: the whole server only).
     transactions_per_job: float | None
     wal_bytes_per_job: float | None
     #: Redis peers: commands the server processed during the drain, per job.
@@ -92,13 +98,17 @@ class Peer:
     module = ""
     #: What a ``processes x threads`` shape becomes for this peer, and how it wakes.
     how = ""
+    #: The databases (Django's vendors) it runs on here.
+    vendors: tuple[str, ...] = ("postgresql",)
 
-    def missing(self) -> str | None:
-        """Why this peer cannot run here, or None."""
+    def missing(self, measure: str = "drain") -> str | None:
+        """Why this peer cannot run here, or cannot be measured for ``measure`` ("drain",
+        "latency" or "idle"), or None."""
         if importlib.util.find_spec(self.module) is None:
             return "not installed (pip install 'django-outbox-tasks[bench-peers]')"
-        if connection.vendor != "postgresql":
-            return f"runs on PostgreSQL here, not {connection.vendor}"
+        if connection.vendor not in self.vendors:
+            names = " or ".join(VENDOR_NAMES[vendor] for vendor in self.vendors)
+            return f"runs on {names} here, not {connection.vendor}"
         return None
 
     def drain(self, jobs: int, processes: int, threads: int) -> PeerDrain:
@@ -113,12 +123,27 @@ class Peer:
         raise NotImplementedError
 
 
-class PostgresPeer(Peer):
-    """A peer that keeps its jobs in PostgreSQL: it is set up, filled and watched the same
-    way; subclasses say where its tables are and how its workers start."""
+class ServerObserver(Protocol):
+    """A connection of this process's to the peer's database (``Observer`` on PostgreSQL,
+    ``mariadb.Observer`` on MariaDB), counting its own statements."""
 
-    #: The schema its tables go in, and the module of its child steps (setup, enqueue N,
-    #: enqueue-paced N GAP).
+    statements: int
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]: ...
+    def value(self, sql: str) -> int: ...
+    def number(self, sql: str) -> float: ...
+    def execute(self, sql: str) -> None: ...
+    def commits(self) -> int | None: ...
+    def wal(self) -> int | None: ...
+
+
+class DatabasePeer(Peer):
+    """A peer that keeps its jobs in the database (PostgreSQL, or MariaDB where it runs
+    there): it is set up, filled and watched the same way; subclasses say where its tables
+    are and how its workers start."""
+
+    #: The schema (on MariaDB, the database) its tables go in, and the module of its child
+    #: steps (setup, enqueue N, enqueue-paced N GAP).
     schema = ""
     steps = ""
     #: Counts of its finished and its started jobs; each started job's pickup in ms; and
@@ -128,13 +153,42 @@ class PostgresPeer(Peer):
     pickups_sql = ""
     clear_sql = ""
     #: Seconds from its first job's start to its last one's finish, as its own tables record
-    #: them (as django_outbox's drain is timed); empty: polled, first job done to last.
+    #: them (as django_outbox's drain is timed; ``window_seconds``).
     window_sql = ""
-    #: What window_sql reads, for the figures.
+    #: What the window is read from, for the figures; empty: polled, first job done to last.
     window = ""
 
+    def missing(self, measure: str = "drain") -> str | None:
+        why = super().missing(measure)
+        if why is None and measure == "idle" and connection.vendor == "mysql":
+            # Its idle cost is the transactions the server counts for its database.
+            return "MariaDB counts transactions for the whole server only, not per database"
+        return why
+
+    def place(self) -> AbstractContextManager[ServerObserver]:
+        """Its schema (PostgreSQL) or database (MariaDB) for the run, dropped after it;
+        yields an observer."""
+        if connection.vendor == "mysql":
+            from outbox_bench import mariadb
+
+            return mariadb.own_database(self.schema)
+        return pg_schema(self.schema)
+
     def children(self) -> Children:
+        if connection.vendor == "mysql":
+            from outbox_bench import mariadb
+
+            database = mariadb.child_database(self.schema)
+            return Children(self.steps, {mariadb.MYSQL_ENV: json.dumps(database)})
         return Children(self.steps, {PG_ENV: pg_conninfo(self.schema)})
+
+    def window_seconds(self, observer: ServerObserver) -> float:
+        """The drain's seconds, read from its own record (``window_sql``)."""
+        return observer.number(self.window_sql)
+
+    def pickups_ms(self, observer: ServerObserver) -> list[float]:
+        """Each started job's wait from its enqueue to its start (``pickups_sql``)."""
+        return [float(row[0]) for row in observer.rows(self.pickups_sql)]
 
     def start_workers(self, children: Children, processes: int, threads: int, drain: bool) -> None:
         """Start workers for a ``processes x threads`` shape; ``drain``: ones that leave
@@ -142,27 +196,28 @@ class PostgresPeer(Peer):
         raise NotImplementedError
 
     def drain(self, jobs: int, processes: int, threads: int) -> PeerDrain:
-        with pg_schema(self.schema) as observer, self.children() as children:
+        with self.place() as observer, self.children() as children:
             children.run("setup")
             wal_before = observer.wal()
             enqueued = children.run("enqueue", str(jobs))
             commits_before, own_before = observer.commits(), observer.statements
             self.start_workers(children, processes, threads, drain=True)
-            if self.window_sql:
+            if self.window:
                 timeout = 120 + jobs / 20  # far slower than any peer: a stuck run
                 done = wait_for(lambda: observer.value(self.done_sql), jobs, children, timeout)
-                clocked = Clocked(max(observer.number(self.window_sql), 1e-6), done, done)
+                clocked = Clocked(max(self.window_seconds(observer), 1e-6), done, done)
             else:
                 clocked = clock_drain(lambda: observer.value(self.done_sql), jobs, children)
             children.wait(60)  # they leave once the queue is empty
-            commits = observer.commits() - commits_before - (observer.statements - own_before)
-            wal = observer.wal() - wal_before
+            commits_after, own_after = observer.commits(), observer.statements
+            commits = _grown(commits_before, commits_after, less=own_after - own_before)
+            wal = _grown(wal_before, observer.wal())
         return drained(self, jobs, processes, threads, enqueued, clocked,
-                       transactions=max(0, commits), wal=wal,
+                       transactions=commits, wal=wal,
                        timed=self.window or None)  # fmt: skip
 
     def latency(self, jobs: int, gap: float) -> PeerLatency:
-        with pg_schema(self.schema) as observer, self.children() as children:
+        with self.place() as observer, self.children() as children:
             children.run("setup")
             self.start_workers(children, 1, 1, drain=False)
             children.run("enqueue", "1")  # once it has run, the worker is up and idle
@@ -171,18 +226,28 @@ class PostgresPeer(Peer):
             observer.execute(self.clear_sql)
             children.run("enqueue-paced", str(jobs), str(gap))
             wait_for(lambda: observer.value(self.started_sql), jobs, children, 60)
-            rows = observer.db.execute(self.pickups_sql).fetchall()
-        return latency_figures(self.name, [float(row[0]) for row in rows])
+            waits = self.pickups_ms(observer)
+        return latency_figures(self.name, waits)
 
     def idle(self, workers: int, seconds: float, settle: float | None = None) -> PeerIdle:
-        with pg_schema(self.schema) as observer, self.children() as children:
+        with self.place() as observer, self.children() as children:
             children.run("setup")
             self.start_workers(children, workers, 1, drain=False)
             time.sleep(IDLE_SETTLE_SECONDS if settle is None else settle)
             before, own = observer.commits(), observer.statements
             time.sleep(seconds)
-            commits = observer.commits() - before - (observer.statements - own)
+            commits = _grown(before, observer.commits(), less=observer.statements - own)
+        if commits is None:
+            raise PeerError(f"{self.name}: {connection.vendor} does not count its transactions")
         return PeerIdle(self.name, workers, seconds, commits / workers / seconds, "transactions")
+
+
+def _grown(before: int | None, after: int | None, less: int = 0) -> int | None:
+    """How much a server's counter grew, less this process's own share (None: the server
+    does not count it)."""
+    if before is None or after is None:
+        return None
+    return max(0, after - before - less)
 
 
 def drained(
@@ -253,6 +318,10 @@ class Observer:
 
         self.db = psycopg.connect(**plain_params(connection.alias), autocommit=True)
         self.statements = 0
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        self.statements += 1
+        return list(self.db.execute(sql).fetchall())
 
     def value(self, sql: str) -> int:
         self.statements += 1
