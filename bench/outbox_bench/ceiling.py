@@ -273,7 +273,7 @@ def idle(workers: int, seconds: float, settle: float) -> PeerIdle:
     """Transactions per second per idle, listening worker (PostgreSQL's count)."""
     import psycopg
 
-    from outbox_bench.peers.base import Observer
+    from outbox_bench.peers.database import Observer
 
     params = _params()
     with psycopg.connect(**params, autocommit=True) as db:

@@ -3,7 +3,7 @@ peers, which talk to the server with MySQLdb (mysqlclient, Django's own MySQL dr
 through Django.
 
 What PostgreSQL's side has in ``django_outbox.wake.postgres.plain_params`` and
-``peers.base.Observer``, for MariaDB: the connection keywords Django would use, a
+``peers.database.Observer``, for MariaDB: the connection keywords Django would use, a
 connection of this process's that counts its own statements, and a database of a peer's
 own for the run (MariaDB's schemas are databases).
 
@@ -58,7 +58,7 @@ def child_database(database: str, using: str = "default") -> dict[str, Any]:
 
 class Observer:
     """This process's connection to MariaDB, counting its own statements (the interface of
-    ``peers.base.Observer``; no transaction or WAL counts: see the module's docstring)."""
+    ``peers.database.Observer``; no transaction or WAL counts: see the module's docstring)."""
 
     def __init__(self, database: str | None = None) -> None:
         params = plain_params()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from outbox_bench.peers.base import Children, DatabasePeer
+from outbox_bench.peers.base import Children
+from outbox_bench.peers.database import DatabasePeer
 
 SCHEMA = "outbox_bench_pgqueuer"
 LOG = f"{SCHEMA}.pgqueuer_log"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 import time
 
-from outbox_bench.peers.base import Children, DatabasePeer, ServerObserver, printed
+from outbox_bench.peers.base import Children, printed
+from outbox_bench.peers.database import DatabasePeer, ServerObserver
 
 SCHEMA = "outbox_bench_tasks_db"
 TABLE = f"{SCHEMA}.django_tasks_database_dbtaskresult"
