@@ -42,24 +42,36 @@ def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys,
     best = next(line for line in out.splitlines() if "drain (best round)" in line)
     assert f"{max(rates):,.0f} jobs/s" in best
     ceiling = next(line for line in out.splitlines() if "raw-SQL ceiling" in line)
-    if connection.vendor != "postgresql":
-        assert "not measured: PostgreSQL only, not sqlite" in ceiling
+    if connection.vendor not in ("postgresql", "mysql"):
+        assert f"not measured: PostgreSQL and MariaDB only, not {connection.vendor}" in ceiling
         return
     ratios = next(line for line in out.splitlines() if "ours / ceiling, each round" in line)
     assert len(figures["ceiling"]["round_ratios"]) == 2
     assert f"(median {figures['ceiling']['median_round_ratio']:.0%})" in ratios
     assert "300 succeeded" in ceiling
-    # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one empty
-    # claim per thread at the end.
     per_job = float(ceiling.split("succeeded; ")[1].split()[0])
-    assert 0.04 <= per_job <= (2 * 6 + 4) / 300
     ratio = next(line for line in out.splitlines() if "django_outbox / ceiling" in line)
     assert ratio.strip().endswith("% of its drain rate")
-    wal = next(line for line in out.splitlines() if "WAL: django_outbox / ceiling" in line)
-    assert float(wal.split()[-1].rstrip("x")) > 0
-    with connection.cursor() as cursor:  # the ceiling's table is gone after the run
-        cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
-        assert cursor.fetchone()[0] is None
+    claim = next(line for line in out.splitlines() if "raw-SQL ceiling's claim" in line)
+    if connection.vendor == "postgresql":
+        # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one
+        # empty claim per thread at the end.
+        assert 0.04 <= per_job <= (2 * 6 + 4) / 300
+        assert "RETURNING id" in claim
+        wal = next(line for line in out.splitlines() if "WAL: django_outbox / ceiling" in line)
+        assert float(wal.split()[-1].rstrip("x")) > 0
+    else:
+        # MariaDB: the SELECT … SKIP LOCKED and the UPDATE of a claim, and the completion,
+        # per batch (a claim a deadlock rolled back runs again); an empty claim per thread.
+        assert per_job == round(figures["ceiling"]["statements_per_job"], 3)
+        assert (3 * 6 + 4) / 300 <= figures["ceiling"]["statements_per_job"] <= 40 / 300
+        assert "FOR UPDATE SKIP LOCKED, then one UPDATE of the ids" in claim
+        assert "READ COMMITTED" in claim
+        # No WAL: MariaDB counts its redo log for the whole server only.
+        assert "WAL" not in ceiling and "WAL: django_outbox / ceiling" not in out
+        assert figures["ceiling"]["wal_bytes_per_job"] is None
+    # the ceiling's table is gone after the run
+    assert "outbox_bench_ceiling" not in connection.introspection.table_names()
 
 
 def test_latency_and_idle_run_and_print_a_row_per_mode(capsys):
@@ -218,6 +230,10 @@ def _peer_leftovers():
         with connection.cursor() as cursor:
             cursor.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'outbox_bench%%'")
             left += [row[0] for row in cursor.fetchall()]
+    elif connection.vendor == "mysql":  # a peer's own database there
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE 'outbox\\_bench%%'")
+            left += [row[0] for row in cursor.fetchall()]
     client = redis.Redis.from_url(settings.CACHES["redis"]["LOCATION"])
     return left + [key.decode() for key in client.scan_iter("outbox_bench_celery:*")]
 
@@ -235,12 +251,21 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
     out = capsys.readouterr().out
     peers = _peer_figures(out_file)
     assert set(peers) == {"django-tasks-db", "procrastinate", "pgqueuer", "celery"}
-    postgres_peers = ("django-tasks-db", "procrastinate", "pgqueuer")
-    if connection.vendor != "postgresql":
+    vendor = connection.vendor
+    postgres_peers = ("procrastinate", "pgqueuer")
+    if vendor != "postgresql":
         for name in postgres_peers:
-            assert peers[name]["missing"] == "runs on PostgreSQL here, not sqlite"
-            assert re.search(rf"{name}\s+not measured: runs on PostgreSQL here", out)
-    measured = ["celery", *(postgres_peers if connection.vendor == "postgresql" else ())]
+            assert peers[name]["missing"] == f"runs on PostgreSQL here, not {vendor}"
+            assert re.search(rf"{name}\s+not measured: runs on PostgreSQL here, not {vendor}", out)
+    if vendor not in ("postgresql", "mysql"):
+        says = f"runs on PostgreSQL or MariaDB here, not {vendor}"
+        assert peers["django-tasks-db"]["missing"] == says
+        assert re.search(rf"django-tasks-db\s+not measured: {says}", out)
+    measured = ["celery"]
+    if vendor in ("postgresql", "mysql"):  # django-tasks-db runs on both
+        measured.append("django-tasks-db")
+    if vendor == "postgresql":
+        measured += postgres_peers
     ours = json.loads(out_file.read_text())["figures"]["drain"]["drain_per_s"]
     for name in measured:
         peer = peers[name]
@@ -252,10 +277,14 @@ def test_drain_with_peers_drains_the_same_shape_with_each_peer(capsys, tmp_path)
         assert f"{ours / peer['per_s']:.1f}x" in row
         if name == "celery":  # Redis commands, not PostgreSQL's counts
             assert peer["redis_commands_per_job"] > 0 and peer["transactions_per_job"] is None
-        else:  # every job costs each of these peers transactions (PgQueuer's are of batches
-            # of 10) and some WAL
+        elif vendor == "postgresql":  # every job costs each of these peers transactions
+            # (PgQueuer's are of batches of 10) and some WAL
             least = 0.05 if name == "pgqueuer" else 1
             assert peer["transactions_per_job"] >= least and peer["wal_bytes_per_job"] > 0
+        else:  # MariaDB counts both for the whole server only: not measured, and shown so
+            assert peer["transactions_per_job"] is None and peer["wal_bytes_per_job"] is None
+            assert peer["redis_commands_per_job"] is None
+            assert row.split()[-3:] == ["-", "-", "-"], row
     fastest = max(measured, key=lambda name: peers[name]["per_s"])
     assert f"django_outbox / fastest peer ({fastest}): " in out
     assert _peer_leftovers() == []
@@ -269,11 +298,15 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
         "poll", "--peers", "--json", str(tmp_path / "latency.json"),
     )  # fmt: skip
     out = capsys.readouterr().out
+    vendor = connection.vendor
     measured = ["celery"]
-    if connection.vendor == "postgresql":
+    if vendor == "postgresql":
         measured += ["raw-SQL ceiling", "django-tasks-db", "procrastinate"]
     else:
-        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
+        says = rf"PostgreSQL only, not {vendor} \(it waits on LISTEN/NOTIFY\)"
+        assert re.search(rf"raw-SQL ceiling\s+not measured: {says}", out)
+    if vendor == "mysql":
+        measured.append("django-tasks-db")
     peers = _peer_figures(tmp_path / "latency.json")
     for name in measured:
         assert peers[name].get("jobs") == 5, out
@@ -288,6 +321,11 @@ def test_latency_and_idle_with_peers_print_a_row_per_peer(capsys, tmp_path):
     )  # fmt: skip
     out = capsys.readouterr().out
     peers = _peer_figures(tmp_path / "idle.json")
+    if vendor == "mysql":  # its idle cost would be the server's transactions for its database
+        measured.remove("django-tasks-db")
+        says = "MariaDB counts transactions for the whole server only, not per database"
+        assert peers["django-tasks-db"]["missing"] == says
+        assert re.search(rf"django-tasks-db\s+not measured: {says}", out)
     for name in measured:
         assert peers[name].get("workers") == 1, out
         assert peers[name]["unit"] == ("Redis commands" if name == "celery" else "transactions")
@@ -424,8 +462,9 @@ def test_latency_bursts_in_transactions_with_redis_wake_ups_and_the_ceiling(caps
     assert ours[0]["worker_wakes"] == ["redis"] and ours[0]["worker_exit_codes"] == [0]
     assert ours[0]["worker_dir"] == ours[0]["enqueuer_dir"]  # this checkout, both
     assert re.search(r"  redis\s+1x1\s+atomic\s+[\d.]+", out)
-    if connection.vendor != "postgresql":
-        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only, not sqlite", out)
+    if connection.vendor != "postgresql":  # the pickup ceiling waits on LISTEN/NOTIFY
+        says = rf"PostgreSQL only, not {connection.vendor} \(it waits on LISTEN/NOTIFY\)"
+        assert re.search(rf"raw-SQL ceiling\s+not measured: {says}", out)
         return
     (ceiling,) = [row for row in figures["modes"] if row["system"] == "raw-SQL ceiling"]
     assert (ceiling["ran"], ceiling["not_run"], ceiling["enqueue"]) == (6, 0, "atomic")
@@ -591,8 +630,9 @@ def test_drain_ceiling_alternates_with_the_raw_sql_ceiling_without_the_peers(cap
     out = capsys.readouterr().out
     figures = _bench_json(tmp_path / "drain.json")
     assert "peers" not in figures and "peers," not in out
-    if connection.vendor != "postgresql":
-        assert re.search(r"raw-SQL ceiling\s+not measured: PostgreSQL only", out)
+    if connection.vendor not in ("postgresql", "mysql"):
+        says = f"PostgreSQL and MariaDB only, not {connection.vendor}"
+        assert re.search(rf"raw-SQL ceiling\s+not measured: {says}", out)
         return
     ratios = figures["ceiling"]["round_ratios"]
     assert len(ratios) == 2 and figures["ceiling"]["median_round_ratio"] > 0
@@ -676,23 +716,48 @@ def test_drain_reports_runworker_failing_with_its_output_and_cleans_up(tmp_path)
 def test_the_raw_sql_ceiling_is_the_lean_row_and_times_its_own_drain():
     from django.db import connection
 
-    from outbox_bench import ceiling
+    from outbox_bench import ceiling, ceiling_mariadb
 
-    if connection.vendor != "postgresql":
-        pytest.skip("the raw-SQL ceiling is PostgreSQL's")
+    if connection.vendor not in ("postgresql", "mysql"):
+        pytest.skip("the raw-SQL ceiling is PostgreSQL's and MariaDB's")
     f = ceiling.drain(300, 2, 2)
     assert f.succeeded == f.jobs == 300 and (f.processes, f.threads, f.batch) == (2, 2, 50)
     assert f.per_s == pytest.approx(300 / f.seconds) and f.seconds > 0
-    # A claim and a completion per batch of 50 (more batches when claims meet), and an
-    # empty claim per thread at the end.
-    assert (2 * 6 + 4) / 300 <= f.statements_per_job <= 40 / 300
+    if connection.vendor == "postgresql":
+        # A claim and a completion per batch of 50 (more batches when claims meet), and an
+        # empty claim per thread at the end.
+        assert (2 * 6 + 4) / 300 <= f.statements_per_job <= 40 / 300
+        assert f.wal_bytes_per_job > 0
+        create = ceiling._CREATE.split("(", 1)[1].split(");", 1)[0]
+    else:
+        # The claim's SELECT … SKIP LOCKED and UPDATE, and the completion, per batch.
+        assert (3 * 6 + 4) / 300 <= f.statements_per_job <= 60 / 300
+        assert f.wal_bytes_per_job is None
+        assert ceiling_mariadb.LOCK.endswith(f"LIMIT {ceiling.BATCH} FOR UPDATE SKIP LOCKED")
+        create = ceiling_mariadb.CREATE.split("(", 1)[1].rsplit(")", 1)[0]
     # The row: id, queue, status, priority and run_at for the claim order, a lease.
-    columns = ceiling._CREATE.split("(", 1)[1].split(");", 1)[0]
-    names = [line.split()[0] for line in columns.strip().splitlines()]
+    lines = [line.split() for line in create.strip().splitlines()]
+    names = [line[0] for line in lines if line[0] != "INDEX"]
     assert names == ["id", "queue", "status", "priority", "run_at", "lease_until"]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass('outbox_bench_ceiling')")
-        assert cursor.fetchone()[0] is None  # dropped after the run
+    assert "outbox_bench_ceiling" not in connection.introspection.table_names()  # dropped
+
+
+def test_the_mariadb_ceiling_claims_in_read_committed_transactions():
+    from django.db import connection
+
+    from outbox_bench import mariadb
+
+    if connection.vendor != "mysql":
+        pytest.skip("MariaDB's ceiling")
+    db = mariadb.connect(mariadb.plain_params(), autocommit=False)
+    try:
+        cursor = db.cursor()
+        cursor.execute("SELECT @@tx_isolation, @@autocommit, DATABASE()")
+        isolation, autocommit, database = cursor.fetchone()
+    finally:
+        db.close()
+    assert (isolation, autocommit) == ("READ-COMMITTED", 0)
+    assert database == connection.settings_dict["NAME"]  # the database Django uses
 
 
 def test_pgqueuer_drains_with_its_own_processes_timed_from_its_log(tmp_path):
@@ -702,7 +767,7 @@ def test_pgqueuer_drains_with_its_own_processes_timed_from_its_log(tmp_path):
 
     peer = PgQueuerPeer()
     if connection.vendor != "postgresql":
-        assert peer.missing() == "runs on PostgreSQL here, not sqlite"
+        assert peer.missing() == f"runs on PostgreSQL here, not {connection.vendor}"
         return
     if peer.missing() is not None:
         pytest.skip(f"PgQueuer: {peer.missing()}")

@@ -20,6 +20,10 @@ notification was missed.
 
 The table is created for the run, in the database Django is configured with, and dropped
 after it.
+
+On MariaDB the drain is ``ceiling_mariadb``'s, written the same way with MySQLdb; this
+module keeps what the two share (the figures, the spawned workers and their clock). The
+latency and idle ceilings wait on LISTEN/NOTIFY, which only PostgreSQL has.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,20 +90,42 @@ class CeilingFigures:
     per_s: float
     statements_per_job: float
     succeeded: int
-    #: WAL written from the insert of the jobs to the end of the drain, per job.
-    wal_bytes_per_job: float
+    #: PostgreSQL: WAL written from the insert of the jobs to the end of the drain, per job
+    #: (MariaDB counts its redo log for the whole server only: None there).
+    wal_bytes_per_job: float | None
     batch: int = BATCH
+    #: How a batch is claimed, for the table.
+    claim: str = "one UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING id"
+
+
+#: The databases with a drain ceiling: PostgreSQL's here, MariaDB's in ``ceiling_mariadb``.
+DRAIN_VENDORS = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
 
 
 def available() -> bool:
+    """Whether the drain's ceiling runs on this database."""
+    return connection.vendor in DRAIN_VENDORS
+
+
+def unavailable() -> str:
+    """Why the drain's ceiling is not measured here."""
+    return f"{' and '.join(DRAIN_VENDORS.values())} only, not {connection.vendor}"
+
+
+def listens() -> bool:
+    """Whether the latency and idle ceilings run here: they wait on LISTEN/NOTIFY."""
     return connection.vendor == "postgresql"
 
 
 def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
     """Fill the table with ``jobs`` rows, then time ``processes`` x ``threads`` workers
     emptying it."""
+    if connection.vendor == "mysql":
+        from outbox_bench import ceiling_mariadb
+
+        return ceiling_mariadb.drain(jobs, processes, threads)
     if not available():
-        raise RuntimeError("the raw-SQL ceiling is measured on PostgreSQL only")
+        raise RuntimeError(f"the raw-SQL ceiling is measured on {unavailable()}")
     from django_outbox.wake.postgres import plain_params
 
     params = plain_params(connection.alias)  # the same server, user and options as Django's
@@ -111,28 +138,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
             f"INSERT INTO {TABLE} (queue) SELECT 'default' FROM generate_series(1, %s)", [jobs]
         )
         setup.execute(f"VACUUM ANALYZE {TABLE}")
-    # spawn, not fork: the caller may have threads (wake-up senders), which fork copies badly;
-    # the children need no Django, only this module and psycopg. Every thread connects, then
-    # waits for the others; each notes when it sent its first claim and when it finished
-    # running its last batch.
-    context = multiprocessing.get_context("spawn")
-    statements: Any = context.Value("q", 0)
-    firsts: Any = context.Array("d", processes * threads)
-    lasts: Any = context.Array("d", processes * threads)
-    ready: Any = context.Barrier(processes * threads)
-    children = [
-        context.Process(
-            target=_process, args=(params, threads, number, statements, firsts, lasts, ready)
-        )
-        for number in range(processes)
-    ]
-    for child in children:
-        child.start()
-    for child in children:
-        child.join()
-    if any(child.exitcode for child in children):
-        raise RuntimeError("a raw-SQL ceiling process failed (its traceback is above)")
-    seconds = max(lasts[:]) - min(firsts[:])
+    seconds, statements = run_workers(_work, params, processes, threads)
     with psycopg.connect(**params, autocommit=True) as done:
         row = done.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'").fetchone()
         succeeded = int(row[0]) if row else 0
@@ -144,10 +150,47 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
         threads=threads,
         seconds=seconds,
         per_s=jobs / seconds,
-        statements_per_job=statements.value / jobs,
+        statements_per_job=statements / jobs,
         succeeded=succeeded,
         wal_bytes_per_job=(wal_after - wal_before) / jobs,
     )
+
+
+#: A ceiling thread: ``work(params, slot, statements, firsts, lasts, ready)`` connects,
+#: waits on ``ready``, drains, then notes its first claim's and last batch's times in
+#: ``firsts[slot]`` and ``lasts[slot]`` and adds the statements it sent to ``statements``.
+Work = Callable[[dict[str, Any], int, Any, Any, Any, Any], None]
+
+
+def run_workers(
+    work: Work, params: dict[str, Any], processes: int, threads: int
+) -> tuple[float, int]:
+    """``processes`` spawned processes of ``threads`` threads running ``work`` (a function
+    of a module, which the children import); returns the seconds from the first claim to
+    the end of the last batch run, and the statements sent.
+
+    Spawned, not forked: the caller may have threads (wake-up senders), which fork copies
+    badly; the children need no Django, only the module of ``work`` and its driver. Every
+    thread connects, then waits for the others."""
+    context = multiprocessing.get_context("spawn")
+    statements: Any = context.Value("q", 0)
+    firsts: Any = context.Array("d", processes * threads)
+    lasts: Any = context.Array("d", processes * threads)
+    ready: Any = context.Barrier(processes * threads)
+    children = [
+        context.Process(
+            target=_process,
+            args=(work, params, threads, number, statements, firsts, lasts, ready),
+        )
+        for number in range(processes)
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+    if any(child.exitcode for child in children):
+        raise RuntimeError("a raw-SQL ceiling process failed (its traceback is above)")
+    return max(lasts[:]) - min(firsts[:]), int(statements.value)
 
 
 def _wal(db: Any) -> int:
@@ -156,6 +199,7 @@ def _wal(db: Any) -> int:
 
 
 def _process(
+    work: Work,
     params: dict[str, Any],
     threads: int,
     number: int,
@@ -166,7 +210,7 @@ def _process(
 ) -> None:
     workers = [
         threading.Thread(
-            target=_work,
+            target=work,
             args=(params, number * threads + slot, statements, firsts, lasts, ready),
         )
         for slot in range(threads)
@@ -229,7 +273,7 @@ def idle(workers: int, seconds: float, settle: float) -> PeerIdle:
     """Transactions per second per idle, listening worker (PostgreSQL's count)."""
     import psycopg
 
-    from outbox_bench.peers.base import Observer
+    from outbox_bench.peers.database import Observer
 
     params = _params()
     with psycopg.connect(**params, autocommit=True) as db:
@@ -250,8 +294,8 @@ def idle(workers: int, seconds: float, settle: float) -> PeerIdle:
 
 
 def _params() -> dict[str, Any]:
-    if not available():
-        raise RuntimeError("the raw-SQL ceiling is measured on PostgreSQL only")
+    if not listens():
+        raise RuntimeError("the latency and idle ceilings are measured on PostgreSQL only")
     from django_outbox.wake.postgres import plain_params
 
     return plain_params(connection.alias)

@@ -69,8 +69,8 @@ class Command(BaseCommand):
             "--peers",
             action="store_true",
             help="Also drain the same number of jobs in the same shape with the raw-SQL "
-            "ceiling (PostgreSQL) and the installed peers (the bench-peers extra), and print "
-            "the ratios.",
+            "ceiling (PostgreSQL, MariaDB) and the installed peers (the bench-peers extra), "
+            "and print the ratios.",
         )
         drain_parser.add_argument(
             "--peer-jobs",
@@ -88,8 +88,8 @@ class Command(BaseCommand):
         drain_parser.add_argument(
             "--ceiling",
             action="store_true",
-            help="Drain with the raw-SQL ceiling too (PostgreSQL), round by round, and print the "
-            "ratios, without the peers (--peers does both).",
+            help="Drain with the raw-SQL ceiling too (PostgreSQL, MariaDB), round by round, and "
+            "print the ratios, without the peers (--peers does both).",
         )
         drain_parser.add_argument(
             "--rounds",
@@ -340,7 +340,7 @@ class Command(BaseCommand):
         best against best, and round by round (each of ours against the ceiling's drain
         right after it)."""
         if not ceilings:
-            return [("raw-SQL ceiling", f"not measured: PostgreSQL only, not {connection.vendor}")]
+            return [("raw-SQL ceiling", f"not measured: {ceiling.unavailable()}")]
         c = max(ceilings, key=lambda f: f.per_s)
         ratios = [
             mine.drain_per_s / theirs.per_s for mine, theirs in zip(drains, ceilings, strict=True)
@@ -350,14 +350,18 @@ class Command(BaseCommand):
             "round_ratios": ratios,
             "median_round_ratio": statistics.median(ratios),
         }
+        wal = (
+            "" if c.wal_bytes_per_job is None else f"{c.wal_bytes_per_job:,.0f} WAL bytes per job; "
+        )
         rows = [
             (
                 "raw-SQL ceiling" + (" (best round)" if len(ceilings) > 1 else ""),
                 f"{c.per_s:,.0f} jobs/s ({c.seconds:.2f} s from its first claim to its last "
                 f"batch run; {c.succeeded:,} succeeded; "
                 f"{c.statements_per_job:.3f} statements per job; "
-                f"{c.wal_bytes_per_job:,.0f} WAL bytes per job; batches of {ceiling.BATCH})",
+                f"{wal}batches of {ceiling.BATCH})",
             ),
+            ("raw-SQL ceiling's claim", c.claim),
             ("django_outbox / ceiling", f"{ours.drain_per_s / c.per_s:.0%} of its drain rate"),
         ]
         if len(ceilings) > 1:
@@ -369,7 +373,7 @@ class Command(BaseCommand):
                     + f" (median {statistics.median(ratios):.0%})",
                 ),
             ]
-        if ours.wal_bytes_per_job is not None:
+        if ours.wal_bytes_per_job is not None and c.wal_bytes_per_job is not None:
             rows.append(
                 (
                     "WAL: django_outbox / ceiling",
@@ -442,9 +446,13 @@ class Command(BaseCommand):
         for peer in [None, *all_peers()]:
             name = "raw-SQL ceiling" if peer is None else peer.name
             if peer is None:
-                missing = None if ceiling.available() else "PostgreSQL only"
+                missing = (
+                    None
+                    if ceiling.listens()
+                    else f"PostgreSQL only, not {connection.vendor} (it waits on LISTEN/NOTIFY)"
+                )
             else:
-                missing = peer.missing()
+                missing = peer.missing(measure)
             if missing is not None:
                 self.results["figures"].setdefault("peers", []).append(
                     {"peer": name, "missing": missing}

@@ -323,7 +323,8 @@ def _latency(command: BaseCommand, options: dict[str, Any], wakes: list[str]) ->
             continue
         if connection.vendor != "postgresql":
             write(
-                f"  {'raw-SQL ceiling':<17}not measured: PostgreSQL only, not {connection.vendor}"
+                f"  {'raw-SQL ceiling':<17}not measured: PostgreSQL only, not {connection.vendor} "
+                "(it waits on LISTEN/NOTIFY)"
             )
             continue
         c = pickup.measure_ceiling(pattern, deadline=options["deadline"])

@@ -175,6 +175,11 @@ def ceiling(
     return Ceiling(figures, counts["requests"])
 
 
+def _quoted(name: str) -> str:
+    """A pattern for ``name`` as any of our databases' SQL may write it: bare, or quoted."""
+    return f'["`]?{re.escape(name)}["`]?'
+
+
 @dataclass
 class DeliveryLoads:
     """The deliveries' loads and latest-attempt lookups, told apart by their statements
@@ -190,12 +195,14 @@ class DeliveryLoads:
     _after_load: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    # Names as the ORM quotes them: "name" on PostgreSQL and SQLite, `name` on MariaDB.
     _LOAD = re.compile(
-        rf'^SELECT .* FROM "?{Delivery._meta.db_table}"? INNER JOIN .*'
-        rf'"?{Endpoint._meta.db_table}"?.* WHERE "?{Delivery._meta.db_table}"?\."?id"? IN ',
+        rf"^SELECT .* FROM {_quoted(Delivery._meta.db_table)} INNER JOIN .*"
+        rf"{_quoted(Endpoint._meta.db_table)}.* "
+        rf"WHERE {_quoted(Delivery._meta.db_table)}\.{_quoted('id')} IN ",
         re.S,
     )
-    _LOOKUP = re.compile(rf'^SELECT (?!COUNT\().* FROM "?{Attempt._meta.db_table}"?', re.S)
+    _LOOKUP = re.compile(rf"^SELECT (?!COUNT\().* FROM {_quoted(Attempt._meta.db_table)}", re.S)
 
     def observe(self, sql: str) -> None:
         thread = threading.get_ident()

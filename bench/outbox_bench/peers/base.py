@@ -1,9 +1,10 @@
-"""What every peer shares: its figures, its processes, and an observer that reads the servers.
+"""What every peer shares: its figures, its processes, and how its drain is clocked.
 
 A peer's own code runs in child processes (``python -m outbox_bench.peers.<peer>
 <step> …``), told where the database and Redis are through the environment; this process
 only starts them and watches the servers, with connections of its own whose statements it
-counts and leaves out of the peer's figures.
+counts and leaves out of the peer's figures. The peers that keep their jobs in the
+database, and those connections, are in ``peers.database``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -29,6 +29,9 @@ from django.db import connection
 #: peer's schema first on its search_path) and the Redis URL.
 PG_ENV = "OUTBOX_BENCH_PEER_PG"
 REDIS_ENV = "OUTBOX_BENCH_PEER_REDIS"
+
+#: The databases a peer may keep its jobs in, as its messages name them.
+VENDOR_NAMES = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
 
 #: How often the observer counts finished jobs while a peer drains.
 POLL_SECONDS = 0.05
@@ -50,8 +53,9 @@ class PeerDrain:
     seconds: float
     per_s: float
     succeeded: int
-    #: PostgreSQL peers: transactions committed during the drain, and WAL written from the
-    #: enqueue to the end of the drain, per job.
+    #: Peers on PostgreSQL: transactions committed during the drain, and WAL written from
+    #: the enqueue to the end of the drain, per job (None on MariaDB, which counts both for
+    #: the whole server only).
     transactions_per_job: float | None
     wal_bytes_per_job: float | None
     #: Redis peers: commands the server processed during the drain, per job.
@@ -92,13 +96,17 @@ class Peer:
     module = ""
     #: What a ``processes x threads`` shape becomes for this peer, and how it wakes.
     how = ""
+    #: The databases (Django's vendors) it runs on here.
+    vendors: tuple[str, ...] = ("postgresql",)
 
-    def missing(self) -> str | None:
-        """Why this peer cannot run here, or None."""
+    def missing(self, measure: str = "drain") -> str | None:
+        """Why this peer cannot run here, or cannot be measured for ``measure`` ("drain",
+        "latency" or "idle"), or None."""
         if importlib.util.find_spec(self.module) is None:
             return "not installed (pip install 'django-outbox-tasks[bench-peers]')"
-        if connection.vendor != "postgresql":
-            return f"runs on PostgreSQL here, not {connection.vendor}"
+        if connection.vendor not in self.vendors:
+            names = " or ".join(VENDOR_NAMES[vendor] for vendor in self.vendors)
+            return f"runs on {names} here, not {connection.vendor}"
         return None
 
     def drain(self, jobs: int, processes: int, threads: int) -> PeerDrain:
@@ -111,78 +119,6 @@ class Peer:
         """``settle``: seconds the workers idle before the window opens (None: the
         peer's own need)."""
         raise NotImplementedError
-
-
-class PostgresPeer(Peer):
-    """A peer that keeps its jobs in PostgreSQL: it is set up, filled and watched the same
-    way; subclasses say where its tables are and how its workers start."""
-
-    #: The schema its tables go in, and the module of its child steps (setup, enqueue N,
-    #: enqueue-paced N GAP).
-    schema = ""
-    steps = ""
-    #: Counts of its finished and its started jobs; each started job's pickup in ms; and
-    #: the statement that empties its jobs.
-    done_sql = ""
-    started_sql = ""
-    pickups_sql = ""
-    clear_sql = ""
-    #: Seconds from its first job's start to its last one's finish, as its own tables record
-    #: them (as django_outbox's drain is timed); empty: polled, first job done to last.
-    window_sql = ""
-    #: What window_sql reads, for the figures.
-    window = ""
-
-    def children(self) -> Children:
-        return Children(self.steps, {PG_ENV: pg_conninfo(self.schema)})
-
-    def start_workers(self, children: Children, processes: int, threads: int, drain: bool) -> None:
-        """Start workers for a ``processes x threads`` shape; ``drain``: ones that leave
-        once no job is left."""
-        raise NotImplementedError
-
-    def drain(self, jobs: int, processes: int, threads: int) -> PeerDrain:
-        with pg_schema(self.schema) as observer, self.children() as children:
-            children.run("setup")
-            wal_before = observer.wal()
-            enqueued = children.run("enqueue", str(jobs))
-            commits_before, own_before = observer.commits(), observer.statements
-            self.start_workers(children, processes, threads, drain=True)
-            if self.window_sql:
-                timeout = 120 + jobs / 20  # far slower than any peer: a stuck run
-                done = wait_for(lambda: observer.value(self.done_sql), jobs, children, timeout)
-                clocked = Clocked(max(observer.number(self.window_sql), 1e-6), done, done)
-            else:
-                clocked = clock_drain(lambda: observer.value(self.done_sql), jobs, children)
-            children.wait(60)  # they leave once the queue is empty
-            commits = observer.commits() - commits_before - (observer.statements - own_before)
-            wal = observer.wal() - wal_before
-        return drained(self, jobs, processes, threads, enqueued, clocked,
-                       transactions=max(0, commits), wal=wal,
-                       timed=self.window or None)  # fmt: skip
-
-    def latency(self, jobs: int, gap: float) -> PeerLatency:
-        with pg_schema(self.schema) as observer, self.children() as children:
-            children.run("setup")
-            self.start_workers(children, 1, 1, drain=False)
-            children.run("enqueue", "1")  # once it has run, the worker is up and idle
-            # Finished, not only started: a worker whose job vanished mid-run may fail.
-            wait_for(lambda: observer.value(self.done_sql), 1, children, 60)
-            observer.execute(self.clear_sql)
-            children.run("enqueue-paced", str(jobs), str(gap))
-            wait_for(lambda: observer.value(self.started_sql), jobs, children, 60)
-            rows = observer.db.execute(self.pickups_sql).fetchall()
-        return latency_figures(self.name, [float(row[0]) for row in rows])
-
-    def idle(self, workers: int, seconds: float, settle: float | None = None) -> PeerIdle:
-        with pg_schema(self.schema) as observer, self.children() as children:
-            children.run("setup")
-            self.start_workers(children, workers, 1, drain=False)
-            time.sleep(IDLE_SETTLE_SECONDS if settle is None else settle)
-            before, own = observer.commits(), observer.statements
-            time.sleep(seconds)
-            commits = observer.commits() - before - (observer.statements - own)
-        return PeerIdle(self.name, workers, seconds, commits / workers / seconds, "transactions")
 
 
 def drained(
@@ -221,17 +157,6 @@ def drained(
     )
 
 
-def pg_conninfo(schema: str) -> str:
-    """A connection string to Django's database with ``schema`` first on the search path."""
-    from psycopg.conninfo import make_conninfo
-
-    from django_outbox.wake.postgres import plain_params
-
-    params = plain_params(connection.alias)
-    options = f"{params.pop('options', '') or ''} -c search_path={schema}".strip()
-    return make_conninfo("", **params, options=options)
-
-
 def redis_url() -> str | None:
     """The URL of the Redis that django_outbox is configured with, if any."""
     alias = getattr(settings, "OUTBOX", {}).get("REDIS_ALIAS", "default")
@@ -240,62 +165,6 @@ def redis_url() -> str | None:
         return None
     location = cache.get("LOCATION")
     return location[0] if isinstance(location, list | tuple) else location
-
-
-class Observer:
-    """A connection of this process's to PostgreSQL that counts its own statements, so
-    they can be taken out of what the server counted."""
-
-    def __init__(self) -> None:
-        import psycopg
-
-        from django_outbox.wake.postgres import plain_params
-
-        self.db = psycopg.connect(**plain_params(connection.alias), autocommit=True)
-        self.statements = 0
-
-    def value(self, sql: str) -> int:
-        self.statements += 1
-        row = self.db.execute(sql).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
-
-    def number(self, sql: str) -> float:
-        self.statements += 1
-        row = self.db.execute(sql).fetchone()
-        if not row or row[0] is None:
-            raise PeerError(f"no figure from {sql!r}")
-        return float(row[0])
-
-    def execute(self, sql: str) -> None:
-        self.statements += 1
-        self.db.execute(sql)
-
-    def commits(self) -> int:
-        self.execute("SELECT pg_stat_clear_snapshot()")
-        return self.value(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        )
-
-    def wal(self) -> int:
-        return self.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-
-    def close(self) -> None:
-        self.db.close()
-
-
-@contextmanager
-def pg_schema(name: str) -> Iterator[Observer]:
-    """A schema of the peer's own for the run, dropped after it; yields an observer."""
-    observer = Observer()
-    try:
-        observer.db.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-        observer.db.execute(f"CREATE SCHEMA {name}")
-        # As the peer's processes see it: its triggers name their tables unqualified.
-        observer.db.execute(f"SET search_path TO {name}")
-        yield observer
-    finally:
-        observer.db.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-        observer.close()
 
 
 class Children:

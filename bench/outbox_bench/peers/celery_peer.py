@@ -66,7 +66,7 @@ class Celery(Peer):
         "workers block on the broker (BRPOP, 1 s at a time)"
     )
 
-    def missing(self) -> str | None:
+    def missing(self, measure: str = "drain") -> str | None:
         if importlib.util.find_spec(self.module) is None:
             return "not installed (pip install 'django-outbox-tasks[bench-peers]')"
         if redis_url() is None:

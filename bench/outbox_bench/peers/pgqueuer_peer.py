@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 
-from outbox_bench.peers.base import Children, PostgresPeer
+from outbox_bench.peers.base import Children
+from outbox_bench.peers.database import DatabasePeer
 
 SCHEMA = "outbox_bench_pgqueuer"
 LOG = f"{SCHEMA}.pgqueuer_log"
 
 
-class PgQueuerPeer(PostgresPeer):
+class PgQueuerPeer(DatabasePeer):
     name = "pgqueuer"
     module = "pgqueuer"
     how = (
@@ -42,10 +43,10 @@ class PgQueuerPeer(PostgresPeer):
     )
     window = "from its first 'picked' log entry to its last 'successful' one (its log table)"
 
-    def missing(self) -> str | None:
+    def missing(self, measure: str = "drain") -> str | None:
         if importlib.util.find_spec("asyncpg") is None:  # its driver here, an extra of its
             return "not installed (pip install 'django-outbox-tasks[bench-peers]')"
-        return super().missing()
+        return super().missing(measure)
 
     def start_workers(self, children: Children, processes: int, threads: int, drain: bool) -> None:
         # --drain: leave once the queue is empty (PgQueuer's drain mode).

@@ -6,14 +6,15 @@ A shape of ``processes x threads`` is run as that many worker processes, each wi
 
 from __future__ import annotations
 
-from outbox_bench.peers.base import Children, PostgresPeer
+from outbox_bench.peers.base import Children
+from outbox_bench.peers.database import DatabasePeer
 
 SCHEMA = "outbox_bench_procrastinate"
 JOBS = f"{SCHEMA}.procrastinate_jobs"
 EVENTS = f"{SCHEMA}.procrastinate_events"
 
 
-class Procrastinate(PostgresPeer):
+class Procrastinate(DatabasePeer):
     name = "procrastinate"
     module = "procrastinate"
     how = (

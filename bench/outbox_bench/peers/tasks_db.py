@@ -4,6 +4,11 @@ Its worker (``manage.py db_worker``) runs one job at a time per process and poll
 second (its default ``--interval``) when the queue is empty; it has no wake-ups. A shape of
 ``processes x threads`` is run as that many worker processes.
 
+It runs on PostgreSQL and on MariaDB (its claim is the ORM's ``select_for_update(
+skip_locked=True)``), so it is the peer on both: in a schema of its own on PostgreSQL, a
+database of its own on MariaDB. Its times are read as timestamps and subtracted here, so the
+same statements serve both.
+
 Its child steps run with settings of their own (:mod:`.tasks_db_settings`):
 ``python -m outbox_bench.peers.tasks_db setup | enqueue N | enqueue-paced N GAP``.
 """
@@ -13,28 +18,38 @@ from __future__ import annotations
 import sys
 import time
 
-from outbox_bench.peers.base import Children, PostgresPeer, printed
+from outbox_bench.peers.base import Children, printed
+from outbox_bench.peers.database import DatabasePeer, ServerObserver
 
 SCHEMA = "outbox_bench_tasks_db"
 TABLE = f"{SCHEMA}.django_tasks_database_dbtaskresult"
 SETTINGS = "outbox_bench.peers.tasks_db_settings"
 
 
-class TasksDb(PostgresPeer):
+class TasksDb(DatabasePeer):
     name = "django-tasks-db"
     module = "django_tasks_db"
     how = (
         "P x T shape = P*T db_worker processes, one job at a time each; "
         "polls every 1 s when idle (its default), no wake-ups"
     )
+    vendors = ("postgresql", "mysql")
     schema = SCHEMA
     steps = __name__
     done_sql = f"SELECT count(*) FROM {TABLE} WHERE status = 'SUCCESSFUL'"
     started_sql = f"SELECT count(*) FROM {TABLE} WHERE started_at IS NOT NULL"
-    pickups_sql = f"SELECT extract(epoch FROM started_at - enqueued_at) * 1000 FROM {TABLE}"
+    pickups_sql = f"SELECT enqueued_at, started_at FROM {TABLE} WHERE started_at IS NOT NULL"
     clear_sql = f"DELETE FROM {TABLE}"
-    window_sql = f"SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM {TABLE}"
+    window_sql = f"SELECT min(started_at), max(finished_at) FROM {TABLE}"
     window = "from its first job's started_at to its last one's finished_at (its results table)"
+
+    def window_seconds(self, observer: ServerObserver) -> float:
+        ((first, last),) = observer.rows(self.window_sql)
+        return float((last - first).total_seconds())
+
+    def pickups_ms(self, observer: ServerObserver) -> list[float]:
+        rows = observer.rows(self.pickups_sql)
+        return [(started - enqueued).total_seconds() * 1000 for enqueued, started in rows]
 
     def children(self) -> Children:
         children = super().children()
