@@ -98,3 +98,53 @@ def test_the_workers_start_line_says_which_wake_up_and_why(run_worker, settings,
         "wake-ups: poll (WAKE='auto': database 'default' has no LISTEN/NOTIFY, "
         "no django-redis cache CACHES['redis'])" in caplog.text
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_undone_for_a_deadlock_runs_again_at_once(caplog):
+    """InnoDB breaks a deadlock by undoing one transaction (error 1213): the worker runs
+    the operation again, without the pause and the warning of a database that is away."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from django_outbox.worker.database import Database
+    from django_outbox.worker.loop import WorkerStats
+
+    first, second = JobFactory(), JobFactory()
+    holds_second = threading.Event()
+    first_locked = threading.Event()
+
+    def other_transaction() -> None:
+        # Writes the second row first: the operation, which has written nothing, is the
+        # cheaper one to undo.
+        with transaction.atomic():
+            Job.objects.filter(pk=second.pk).update(priority=5)
+            holds_second.set()
+            first_locked.wait(10)
+            Job.objects.filter(pk=first.pk).update(priority=5)
+        connections.close_all()
+
+    runs = []
+
+    def operation() -> str:
+        runs.append(1)
+        with transaction.atomic():
+            list(Job.objects.select_for_update().filter(pk=first.pk))
+            if len(runs) == 1:
+                first_locked.set()
+            list(Job.objects.select_for_update().filter(pk=second.pk))
+        return "done"
+
+    other = threading.Thread(target=other_transaction)
+    other.start()
+    assert holds_second.wait(10)
+    database = Database("w1", "default", 30, WorkerStats())
+    try:
+        with caplog.at_level("WARNING", logger="django_outbox.worker"):
+            assert database.run(operation) == "done"
+    finally:
+        first_locked.set()
+        other.join()
+    assert len(runs) == 2 and database.failures == 0
+    assert "database error" not in caplog.text

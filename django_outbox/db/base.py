@@ -36,6 +36,11 @@ class Dialect(ABC):
     def least(self, *sql: str) -> str:
         return f"LEAST({', '.join(sql)})"
 
+    def deadlock(self, exc: BaseException) -> bool:
+        """``exc`` says the database undid the transaction to break a deadlock (or, where
+        it has them, a serialization failure): running it again is the remedy."""
+        return False
+
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
         """A statement reading the planner's estimate of ``table``'s rows (negative or NULL:
         unknown), or None where the database keeps none: the admin shows it for big

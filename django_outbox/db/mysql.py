@@ -17,6 +17,8 @@ from django_outbox.db.names import named
 
 #: MySQL's error number for a duplicate key (ER_DUP_ENTRY).
 DUPLICATE_KEY = 1062
+#: ER_LOCK_DEADLOCK: InnoDB undid the transaction to break a deadlock.
+DEADLOCK = 1213
 
 
 class MariaDB(Dialect):
@@ -26,6 +28,9 @@ class MariaDB(Dialect):
     update_returning = False
     listen_notify = False
     server_clock = True
+
+    def deadlock(self, exc: BaseException) -> bool:
+        return bool(exc.args) and exc.args[0] == DEADLOCK
 
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
         return (

@@ -13,6 +13,10 @@ class PostgreSQL(Dialect):
     listen_notify = True
     server_clock = True
 
+    def deadlock(self, exc: BaseException) -> bool:
+        # deadlock_detected, serialization_failure
+        return getattr(exc.__cause__, "sqlstate", None) in ("40P01", "40001")
+
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
         return "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [table]
 

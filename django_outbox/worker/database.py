@@ -1,6 +1,7 @@
 """How the worker's services call the database: on an error, log, drop the connection and
 back off, returning None. The database is the truth: nothing is lost, the next try picks up
-where this one left off."""
+where this one left off. A deadlock is no fault: the database undid one of two transactions
+that waited on each other, and the operation runs again at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from typing import Any
 from django.db import Error as DatabaseErrors
 from django.db import InterfaceError, OperationalError, connections
 
+from django_outbox.db import dialect
+
 logger = logging.getLogger("django_outbox.worker")
+
+#: Runs of an operation whose transaction the database undid for a deadlock, in a row.
+DEADLOCK_TRIES = 3
 
 
 class Database:
@@ -45,7 +51,7 @@ class Database:
         if now < self.ok_after:
             return None
         try:
-            value = operation()
+            value = self._again_after_deadlocks(operation)
         except DatabaseErrors as exc:
             if refused_raises and not isinstance(exc, OperationalError | InterfaceError):
                 raise
@@ -65,6 +71,19 @@ class Database:
             logger.info("worker %s: database reachable again", self.worker_id)
             self.failures = 0
         return value
+
+    def _again_after_deadlocks(self, operation: Callable[[], Any]) -> Any:
+        """``operation``'s value; run again where the database undid its transaction for a
+        deadlock (InnoDB picks one of two transactions updating rows through the same
+        indexes; every operation here is one transaction, or several that each stand alone)."""
+        for run in range(1, DEADLOCK_TRIES + 1):
+            try:
+                return operation()
+            except DatabaseErrors as exc:
+                if run == DEADLOCK_TRIES or not dialect(self.alias).deadlock(exc):
+                    raise
+                logger.debug("worker %s: deadlock (%s); running again", self.worker_id, exc)
+        raise AssertionError("unreachable")
 
     def count_statement(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         """An execute_wrapper for the main connection."""
