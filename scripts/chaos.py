@@ -1,15 +1,26 @@
 """The chaos run: jobs and webhook deliveries through 3 worker processes while faults land.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test python scripts/chaos.py [--quick]
+    DATABASE_URL=mysql://root@127.0.0.1:3306/chaos python scripts/chaos.py [--quick]
 
-It needs PostgreSQL (DATABASE_URL), Redis on 127.0.0.1:6379, and the right to restart both
-(it runs ``pg_ctlcluster … restart`` and stops Redis): run it on a machine of your own, never
-against a database that matters. It empties django_outbox's tables in that database first.
+or ``make chaos [DATABASE_URL=…] [ARGS=--quick]`` (PostgreSQL's ``test`` when no URL is given).
+It needs the database server of DATABASE_URL on this machine, Redis on 127.0.0.1:6379, and
+the right to restart both: run it on a machine of your own, never against a database that
+matters. It empties django_outbox's tables in that database first (on MariaDB it creates
+the database if need be). The workers' wake-ups use Redis database 15 unless
+OUTBOX_TEST_REDIS_URL names another (the test settings'); stopping Redis stops it for all.
+
+- PostgreSQL: cut connections are ``pg_terminate_backend()``; the restart is
+  ``pg_ctlcluster … restart``.
+- MariaDB (``mysql://``): cut connections are ``KILL CONNECTION`` for each of the database's
+  connections in ``information_schema.PROCESSLIST`` but the driver's own; the restart is
+  ``mariadb-admin shutdown``, then ``start-stop-daemon --start … --exec /usr/sbin/mariadbd``
+  once the old process is gone, then waiting for ``mariadb-admin ping``.
 
 Every job (``tests.tasks.record_run``) records each of its runs (``tests.models.Execution``); the
 webhook receiver (a thread here) records every request. At random moments it kills a worker
-with SIGKILL (and starts another), terminates every worker connection, restarts PostgreSQL
-once, stops Redis for 20 s (the workers use Redis wake-ups), and makes the receiver hang,
+with SIGKILL (and starts another), terminates every worker connection, restarts the database
+server once, stops Redis for 20 s (the workers use Redis wake-ups), and makes the receiver hang,
 then answer 500, then recover. Then it checks, and exits 1 if any does not hold:
 
 - every job succeeded, or failed with its errors recorded;
@@ -22,7 +33,7 @@ then answer 500, then recover. Then it checks, and exits 1 if any does not hold:
 
 ``--soak MINUTES`` (``make soak``: 30) is the long form: work arrives steadily (50 jobs/s, 5
 deliveries/s), a fault lands every 30 s (a kill, cut connections, Redis down, the receiver
-failing, a PostgreSQL restart, in turn), and the workers' resident memory is sampled every
+failing, a database server restart, in turn), and the workers' resident memory is sampled every
 10 s: the worker that is never killed must not grow over the run (its last third's peak
 within 10 % of its middle third's).
 """
@@ -92,13 +103,15 @@ def main() -> int:
     url = urlsplit(os.environ.get("DATABASE_URL", ""))
     database = database_server(url)
     if database is None:
-        print("chaos: set DATABASE_URL to a scratch PostgreSQL database", file=sys.stderr)
+        print("chaos: set DATABASE_URL to a scratch PostgreSQL or MariaDB database",
+              file=sys.stderr)  # fmt: skip
         return 2
     name = url.path.lstrip("/")
     if not ({"test", "chaos", "scratch"} & set(re.split(r"[^a-z]+", name.lower()))):
         print(f"chaos: it empties django_outbox's tables in {name!r}; use a database named "
               "test, chaos or scratch", file=sys.stderr)  # fmt: skip
         return 2
+    database.prepare()
 
     import django
 

@@ -8,9 +8,10 @@ fault; what it takes on each server lives here.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
-from urllib.parse import SplitResult
+from urllib.parse import SplitResult, unquote
 
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379",
                "--save", ""]  # fmt: skip
@@ -87,10 +88,103 @@ class PostgreSQL(Database):
         raise SystemExit(f"chaos: no local PostgreSQL cluster on port {port} to restart")
 
 
+class MariaDB(Database):
+    """The local ``mariadbd``, stopped by ``mariadb-admin shutdown`` and started again as CI
+    starts it (``start-stop-daemon``), with the URL's credentials."""
+
+    name = "MariaDB"
+    DAEMON = "/usr/sbin/mariadbd"
+    #: ER_NO_SUCH_THREAD: the connection ended between the listing and its KILL.
+    NO_SUCH_THREAD = 1094
+
+    def prepare(self) -> None:
+        # Unlike PostgreSQL's ``test``, a scratch database rarely exists yet: make it with
+        # the character set and collation the test settings give MariaDB.
+        name = unquote(self.url.path.lstrip("/")).replace("`", "``")
+        subprocess.run(
+            [*self._client("mariadb"), "-e", f"CREATE DATABASE IF NOT EXISTS `{name}` "
+             "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"],
+            env=self._env(), check=True,
+        )  # fmt: skip
+
+    def cut_connections(self) -> None:
+        # No pg_terminate_backend(): list the database's connections, then KILL each.
+        from django.db import DatabaseError, connection
+
+        for _ in range(2):  # this process's own connection may be the one a fault cut
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT ID FROM information_schema.PROCESSLIST "
+                        "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
+                    )
+                    for (thread,) in cursor.fetchall():
+                        try:
+                            cursor.execute(f"KILL CONNECTION {int(thread)}")
+                        except DatabaseError as error:
+                            if error.args[:1] != (self.NO_SUCH_THREAD,):
+                                raise
+                return
+            except DatabaseError:
+                connection.close()
+
+    def restart(self) -> None:
+        # A clean shutdown, as pg_ctlcluster's restart is; then wait for the process to be
+        # gone, since start-stop-daemon --oknodo takes one still stopping for running.
+        subprocess.run(
+            [*self._client("mariadb-admin"), "shutdown"],
+            env=self._env(), check=True, capture_output=True,
+        )  # fmt: skip
+        for _ in range(120):
+            if not self._running():
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit("chaos: mariadbd still running 60 s after its shutdown")
+        if not self._start():
+            raise SystemExit("chaos: MariaDB does not answer 60 s after its start")
+
+    def ensure_running(self) -> None:
+        self._start()
+
+    def _start(self) -> bool:
+        """Start mariadbd unless it runs; whether it answers within 60 s."""
+        for _ in range(60):
+            if self._answers():
+                return True
+            if not self._running():  # not even starting (or stopping)
+                subprocess.run(
+                    ["start-stop-daemon", "--start", "--oknodo", "--background",
+                     "--exec", self.DAEMON],
+                    stdout=subprocess.DEVNULL,
+                )  # fmt: skip
+            time.sleep(1)
+        return False
+
+    def _answers(self) -> bool:
+        ping = [*self._client("mariadb-admin"), "ping"]
+        return subprocess.run(ping, env=self._env(), capture_output=True).returncode == 0
+
+    def _running(self) -> bool:
+        status = ["start-stop-daemon", "--status", "--exec", self.DAEMON]
+        return subprocess.run(status).returncode == 0
+
+    def _client(self, program: str) -> list[str]:
+        """A MariaDB client program with DATABASE_URL's host, port and user."""
+        return [program, "-h", self.url.hostname or "127.0.0.1", "-P", str(self.url.port or 3306),
+                "-u", unquote(self.url.username or "root")]  # fmt: skip
+
+    def _env(self) -> dict[str, str]:
+        """The password in the environment, not on a command line others can read."""
+        return {**os.environ, "MYSQL_PWD": unquote(self.url.password or "")}
+
+
 def database_server(url: SplitResult) -> Database | None:
     """The server DATABASE_URL names, or None for one the run cannot break."""
     if url.scheme.startswith("postgres"):
         return PostgreSQL(url)
+    if url.scheme in ("mysql", "mariadb"):
+        return MariaDB(url)
     return None
 
 
