@@ -133,7 +133,7 @@ class MariaDB(Database):
         # gone, since start-stop-daemon --oknodo takes one still stopping for running.
         subprocess.run(
             [*self._client("mariadb-admin"), "shutdown"],
-            env=self._env(), check=True, capture_output=True,
+            env=self._env(), check=True,
         )  # fmt: skip
         for _ in range(120):
             if not self._running():
