@@ -48,7 +48,7 @@ lint: $(PY) ## ruff, mypy (with django-stubs) and the import-linter contracts of
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a PostgreSQL restart, Redis down); DATABASE_URL, ARGS=--quick.
+chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a database restart, Redis down); DATABASE_URL (postgres:// or mysql://), ARGS=--quick.
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py $(ARGS)
 
 soak: $(PY) ## 30 minutes of jobs and webhooks with a fault every 30 s; reports worker memory (not in CI).

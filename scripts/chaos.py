@@ -1,15 +1,26 @@
 """The chaos run: jobs and webhook deliveries through 3 worker processes while faults land.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test python scripts/chaos.py [--quick]
+    DATABASE_URL=mysql://root@127.0.0.1:3306/chaos python scripts/chaos.py [--quick]
 
-It needs PostgreSQL (DATABASE_URL), Redis on 127.0.0.1:6379, and the right to restart both
-(it runs ``pg_ctlcluster … restart`` and stops Redis): run it on a machine of your own, never
-against a database that matters. It empties django_outbox's tables in that database first.
+or ``make chaos [DATABASE_URL=…] [ARGS=--quick]`` (PostgreSQL's ``test`` when no URL is given).
+It needs the database server of DATABASE_URL on this machine, Redis on 127.0.0.1:6379, and
+the right to restart both: run it on a machine of your own, never against a database that
+matters. It empties django_outbox's tables in that database first (on MariaDB it creates
+the database if need be). The workers' wake-ups use Redis database 15 unless
+OUTBOX_TEST_REDIS_URL names another (the test settings'); stopping Redis stops it for all.
+
+- PostgreSQL: cut connections are ``pg_terminate_backend()``; the restart is
+  ``pg_ctlcluster … restart``.
+- MariaDB (``mysql://``): cut connections are ``KILL CONNECTION`` for each of the database's
+  connections in ``information_schema.PROCESSLIST`` but the driver's own; the restart is
+  ``mariadb-admin shutdown``, then ``start-stop-daemon --start … --exec /usr/sbin/mariadbd``
+  once the old process is gone, then waiting for ``mariadb-admin ping``.
 
 Every job (``tests.tasks.record_run``) records each of its runs (``tests.models.Execution``); the
 webhook receiver (a thread here) records every request. At random moments it kills a worker
-with SIGKILL (and starts another), terminates every worker connection, restarts PostgreSQL
-once, stops Redis for 20 s (the workers use Redis wake-ups), and makes the receiver hang,
+with SIGKILL (and starts another), terminates every worker connection, restarts the database
+server once, stops Redis for 20 s (the workers use Redis wake-ups), and makes the receiver hang,
 then answer 500, then recover. Then it checks, and exits 1 if any does not hold:
 
 - every job succeeded, or failed with its errors recorded;
@@ -22,7 +33,7 @@ then answer 500, then recover. Then it checks, and exits 1 if any does not hold:
 
 ``--soak MINUTES`` (``make soak``: 30) is the long form: work arrives steadily (50 jobs/s, 5
 deliveries/s), a fault lands every 30 s (a kill, cut connections, Redis down, the receiver
-failing, a PostgreSQL restart, in turn), and the workers' resident memory is sampled every
+failing, a database server restart, in turn), and the workers' resident memory is sampled every
 10 s: the worker that is never killed must not grow over the run (its last third's peak
 within 10 % of its middle third's).
 """
@@ -38,10 +49,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+from chaos_check import Tally, check
+from chaos_servers import Database, database_server, restore_services, start_redis, stop_redis
+
+if TYPE_CHECKING:
+    from tests.receiver import Answer, Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,53 +71,8 @@ WORKER_ENV = {
     "OUTBOX_TEST_POLL_INTERVAL": "0.5",
 }
 os.environ.update(WORKER_ENV)
-REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379",
-               "--save", ""]  # fmt: skip
 WORKERS = 3
 THREADS = 4
-
-
-@dataclass
-class Tally:
-    faults: Counter[str] = field(default_factory=Counter)
-    kills: int = 0
-    replaced: int = 0
-    killed_pids: set[int] = field(default_factory=set)
-    #: Workers that exited without being killed: (pid, exit status).
-    exited: list[tuple[int, int]] = field(default_factory=list)
-    #: (seconds into the run, worker slot, pid, resident MB) every 10 s.
-    memory: list[tuple[float, int, int, float]] = field(default_factory=list)
-
-    def sample(self, workers: list[subprocess.Popen[bytes]], at: float) -> None:
-        for slot, worker in enumerate(workers):
-            try:
-                status = Path(f"/proc/{worker.pid}/status").read_text()
-            except OSError:
-                continue  # just exited
-            kb = next(
-                int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS")
-            )
-            self.memory.append((at, slot, worker.pid, kb / 1024))
-
-    def memory_report(self) -> tuple[str, bool]:
-        """The peak, and whether the worker that lived the whole run grew: its last third's
-        peak against its second third's (the first holds start-up and warm-up)."""
-        if not self.memory:
-            return "no samples", True
-        peak = max(mb for *_, mb in self.memory)
-        first = self.memory[0][2]
-        own = [(at, mb) for at, slot, pid, mb in self.memory if slot == 0 and pid == first]
-        third = len(own) // 3
-        if third < 2:
-            return f"peak worker RSS {peak:.0f} MB", True
-        middle = max(mb for _, mb in own[third : 2 * third])
-        last = max(mb for _, mb in own[2 * third :])
-        grew = last > middle * 1.10
-        return (
-            f"peak worker RSS {peak:.0f} MB; the worker that lived throughout: {own[0][1]:.0f} MB "
-            f"at start, {middle:.0f} MB peak in the middle third, {last:.0f} MB in the last",
-            not grew,
-        )
 
 
 def main() -> int:
@@ -130,14 +101,17 @@ def main() -> int:
     seed = options.seed if options.seed is not None else random.randrange(1 << 30)
     random.seed(seed)
     url = urlsplit(os.environ.get("DATABASE_URL", ""))
-    if not url.scheme.startswith("postgres"):
-        print("chaos: set DATABASE_URL to a scratch PostgreSQL database", file=sys.stderr)
+    database = database_server(url)
+    if database is None:
+        print("chaos: set DATABASE_URL to a scratch PostgreSQL or MariaDB database",
+              file=sys.stderr)  # fmt: skip
         return 2
     name = url.path.lstrip("/")
     if not ({"test", "chaos", "scratch"} & set(re.split(r"[^a-z]+", name.lower()))):
         print(f"chaos: it empties django_outbox's tables in {name!r}; use a database named "
               "test, chaos or scratch", file=sys.stderr)  # fmt: skip
         return 2
+    database.prepare()
 
     import django
 
@@ -159,9 +133,9 @@ def main() -> int:
         workers = [_start_worker(i) for i in range(WORKERS)]
         feeder = Feeder(options.jobs, options.deliveries, options.seconds)
         faults = _soak_faults(options.seconds) if options.soak else _chaos_faults(options.seconds)
-        _inject_until_done(workers, receiver, Answer, tally, feeder, faults)
+        _inject_until_done(workers, receiver, Answer, tally, feeder, faults, database)
     finally:
-        _restore_services()
+        restore_services(database)
         for worker in workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
@@ -173,7 +147,7 @@ def main() -> int:
                 worker.kill()
                 left_running += 1
         receiver.close()
-    return _check(receiver, tally, options, left_running)
+    return check(receiver, tally, options, left_running)
 
 
 def _clean(url: str) -> None:
@@ -268,7 +242,13 @@ def _soak_faults(seconds: float) -> list[tuple[float, str]]:
 
 
 def _inject_until_done(
-    workers, receiver, answer, tally: Tally, feeder: Feeder, faults: list[tuple[float, str]]
+    workers: list[subprocess.Popen[bytes]],
+    receiver: Receiver,
+    answer: type[Answer],
+    tally: Tally,
+    feeder: Feeder,
+    faults: list[tuple[float, str]],
+    database: Database,
 ) -> None:
     """The faults while the work arrives, until every job is finished."""
     start = time.monotonic()
@@ -286,7 +266,7 @@ def _inject_until_done(
                 workers[i] = _start_worker(i)
                 tally.replaced += 1
         if redis_back_at is not None and now >= redis_back_at:
-            subprocess.run(REDIS_START, check=True, stdout=subprocess.DEVNULL)
+            start_redis()
             redis_back_at = None
         while receiver_phase and now >= receiver_phase[0][0]:
             _, phase = receiver_phase.pop(0)
@@ -306,14 +286,11 @@ def _inject_until_done(
                 tally.kills += 1
                 tally.killed_pids.add(workers[victim].pid)
             elif fault == "terminate":
-                _terminate_worker_connections()
+                database.cut_connections()
             elif fault == "restart":
-                subprocess.run(
-                    ["pg_ctlcluster", "--skip-systemctl-redirect", *_pg_cluster(), "restart"],
-                    check=True,
-                )
+                database.restart()
             elif fault == "redis":
-                subprocess.run(["redis-cli", "shutdown", "nosave"], stdout=subprocess.DEVNULL)
+                stop_redis()
                 redis_back_at = now + 20
             elif fault == "receiver":
                 receiver_phase = [(now, "hang"), (now + 4, "500"), (now + 8, "ok")]
@@ -325,135 +302,6 @@ def _inject_until_done(
             return
         time.sleep(0.2)
     raise SystemExit("chaos: jobs still unfinished 10 minutes after the last arrived")
-
-
-def _terminate_worker_connections() -> None:
-    from django.db import DatabaseError, connection
-
-    for _ in range(2):  # this process's own connection may be the one a fault cut
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-            return
-        except DatabaseError:
-            connection.close()
-
-
-def _pid(worker_id: str) -> int:
-    """The pid in a worker id (``host:pid:random``)."""
-    return int(worker_id.split(":")[-2])
-
-
-def _pg_cluster() -> list[str]:
-    """The local cluster (version, name) that serves DATABASE_URL's port."""
-    port = str(urlsplit(os.environ["DATABASE_URL"]).port or 5432)
-    listing = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True)
-    for line in listing.stdout.splitlines():
-        version, cluster, cluster_port, *_ = line.split()
-        if cluster_port == port:
-            return [version, cluster]
-    raise SystemExit(f"chaos: no local PostgreSQL cluster on port {port} to restart")
-
-
-def _restore_services() -> None:
-    """Leave PostgreSQL and Redis running, whatever happened."""
-    if subprocess.run(["redis-cli", "ping"], capture_output=True).returncode != 0:
-        subprocess.run(REDIS_START, stdout=subprocess.DEVNULL)
-    if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode != 0:
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *_pg_cluster(), "start"])
-    for _ in range(30):
-        if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode == 0:
-            return
-        time.sleep(1)
-
-
-def _check(receiver, tally: Tally, options: argparse.Namespace, left_running: int) -> int:
-    from django.conf import settings
-    from django.db import connection
-    from django.db.models import Count
-
-    from django_outbox.models import Attempt, Delivery, DeliveryStatus, Job, Message
-    from django_outbox.models.jobs import JobStatus, Worker
-    from tests.models import Execution
-
-    connection.close()
-    broken: list[str] = []
-    jobs = Job.objects.filter(task_path="tests.tasks.record_run")
-    statuses = Counter(jobs.values_list("status", flat=True))
-    finished = statuses[JobStatus.SUCCEEDED] + statuses[JobStatus.FAILED]
-    # At least every job enqueued; a few more if a commit's answer was lost and the batch
-    # was enqueued again (the enqueue was then, rightly, not known to have happened).
-    if finished != sum(statuses.values()) or finished < options.jobs:
-        broken.append(f"jobs not all finished: {dict(statuses)}")
-    if jobs.filter(status=JobStatus.FAILED, errors=[]).exists():
-        broken.append("a failed job has no error recorded")
-    table = Execution._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*) FROM {table} a JOIN {table} b "
-            "ON a.job_id = b.job_id AND a.id < b.id "
-            "WHERE a.finished IS NOT NULL AND b.finished IS NOT NULL "
-            "AND a.started < b.finished AND b.started < a.finished"
-        )
-        overlapping = cursor.fetchone()[0]
-    if overlapping:
-        broken.append(f"{overlapping} pairs of runs of one job overlapped in time")
-    runs = Execution.objects.count()
-    unfinished = list(
-        Execution.objects.filter(finished__isnull=True).values_list("worker", flat=True)
-    )
-    cut = sum(1 for worker in unfinished if _pid(worker) in tally.killed_pids)
-    if cut != len(unfinished):
-        # Its end was not recorded, though its worker lived: it could hide an overlap.
-        broken.append(f"{len(unfinished) - cut} runs have no end, and no kill explains it")
-    twice = Execution.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).count()
-
-    schedule = len(settings.OUTBOX["WEBHOOKS"]["RETRY_SCHEDULE"])
-    deliveries = Counter(Delivery.objects.values_list("status", flat=True))
-    ended = deliveries[DeliveryStatus.SUCCEEDED] + deliveries[DeliveryStatus.FAILED]
-    if ended != options.deliveries or ended != sum(deliveries.values()):
-        broken.append(f"deliveries not all finished: {dict(deliveries)}")
-    short = Delivery.objects.filter(status=DeliveryStatus.FAILED, attempts__lt=schedule).count()
-    if short:
-        broken.append(f"{short} deliveries failed before the end of their schedule")
-    uid_to_delivery = dict(Message.objects.values_list("uid", "deliveries__id"))
-    requests = Counter(
-        uid_to_delivery.get(r.headers.get("webhook-id")) for r in receiver.at("/hook")
-    )
-    logged = Counter(Attempt.objects.values_list("delivery_id", flat=True))
-    unlogged = sum(max(0, n - logged[d]) for d, n in requests.items())
-    # A request in flight when its worker is killed, or whose attempt could not be written
-    # because the database went away, is logged as interrupted by the delivery's next run.
-    if unlogged:
-        broken.append(f"{unlogged} requests the receiver got have no attempt in the log")
-    interrupted = Attempt.objects.filter(error_class="Interrupted").count()
-    for pid, status in tally.exited:
-        broken.append(f"worker {pid} exited on its own, with status {status}")
-    if left_running or Job.objects.filter(status=JobStatus.RUNNING).exists():
-        broken.append("something was left running")
-    # A killed worker cannot mark itself stopped; every worker that was stopped must have.
-    unstopped = Worker.objects.filter(stopped_at__isnull=True).values_list("pid", flat=True)
-    if set(unstopped) - tally.killed_pids:
-        broken.append(f"workers {sorted(set(unstopped) - tally.killed_pids)} not marked stopped")
-
-    memory, steady = tally.memory_report()
-    if options.soak and not steady:
-        broken.append("the worker that lived throughout grew by more than 10 %")
-    print(f"chaos: faults {dict(tally.faults)}; workers killed {tally.kills}, replaced "
-          f"{tally.replaced}")  # fmt: skip
-    print(f"chaos: {memory}")
-    print(f"chaos: jobs {dict(statuses)}; runs {runs:,}; runs cut by a kill {cut}; jobs run "
-          f"more than once {twice}; overlapping runs {overlapping}")  # fmt: skip
-    print(f"chaos: deliveries {dict(deliveries)}; requests {sum(requests.values()):,}; "
-          f"attempts logged {sum(logged.values()):,} ({interrupted} interrupted); "
-          f"requests without an attempt {unlogged}")  # fmt: skip
-    for problem in broken:
-        print(f"chaos: BROKEN: {problem}")
-    print("chaos: every invariant held" if not broken else "chaos: FAILED")
-    return 1 if broken else 0
 
 
 if __name__ == "__main__":
