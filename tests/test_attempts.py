@@ -121,3 +121,34 @@ def test_two_attempts_numbered_1_of_a_resent_delivery_read_differently():
     again = log(delivery, 1, now)  # after a resend, numbering starts again
     assert str(first) != str(again)
     assert str(again).startswith(f"attempt 1 of delivery #{delivery.pk} at ")
+
+
+@pytest.mark.django_db
+def test_each_batchs_attempts_add_to_the_endpoints_hourly_counts():
+    """One upsert per batch: a first batch creates the hour's row, a later one adds to it
+    (ON CONFLICT on PostgreSQL and SQLite, ON DUPLICATE KEY on MariaDB)."""
+    from types import SimpleNamespace
+
+    from django_outbox.models import EndpointHour
+    from django_outbox.webhooks.policy import Verdict
+    from django_outbox.webhooks.recording import tally
+
+    endpoint = webhooks.create_endpoint("https://example.com/hook")
+    at = timezone.now().replace(minute=30)
+
+    def record(verdict: Verdict) -> SimpleNamespace:
+        return SimpleNamespace(
+            number=1,
+            response=SimpleNamespace(started_at=at),
+            delivery=SimpleNamespace(endpoint_id=endpoint.pk),
+            decision=SimpleNamespace(verdict=verdict),
+        )
+
+    tally([record(Verdict.SUCCEEDED), record(Verdict.RETRY)])
+    tally([record(Verdict.SUCCEEDED)] * 3)
+    (row,) = EndpointHour.objects.filter(endpoint=endpoint)
+    assert (row.hour, row.attempts, row.succeeded) == (
+        at.replace(minute=0, second=0, microsecond=0),
+        5,
+        4,
+    )

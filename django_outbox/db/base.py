@@ -75,10 +75,9 @@ class Dialect(ABC):
         """INSERT ``rows`` rows of ``columns``; where a row's key (the columns not ``added``)
         exists, add its ``added`` values to the row's instead."""
         key = [name for name in columns if name not in added]
-        row = "(" + ", ".join(["%s"] * len(columns)) + ")"
         sums = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in added)
         return (
-            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * rows)} "
+            f"{insert_values(table, columns, rows)} "
             f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sums}"
         )
 
@@ -178,3 +177,9 @@ class Dialect(ABC):
         """True when the event type (the statement's next parameter) matches one of the
         patterns in the JSON array column ``patterns``, or the array is empty. Patterns
         hold ``*`` as their only wildcard; matching is case-sensitive."""
+
+
+def insert_values(table: str, columns: list[str], rows: int) -> str:
+    """``INSERT INTO table (columns) VALUES`` with placeholders for ``rows`` rows."""
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * rows)}"

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from django_outbox.db.base import Dialect
+from django_outbox.db.base import Dialect, insert_values
 from django_outbox.db.names import named
 
 #: MySQL's error number for a duplicate key (ER_DUP_ENTRY).
@@ -66,12 +66,8 @@ class MariaDB(Dialect):
         )
 
     def upsert_adding(self, table: str, columns: list[str], rows: int, added: list[str]) -> str:
-        row = "(" + ", ".join(["%s"] * len(columns)) + ")"
         sums = ", ".join(f"{name} = {name} + VALUES({name})" for name in added)
-        return (
-            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * rows)} "
-            f"ON DUPLICATE KEY UPDATE {sums}"
-        )
+        return f"{insert_values(table, columns, rows)} ON DUPLICATE KEY UPDATE {sums}"
 
     def insert_unless_conflicting(
         self, connection: Any, name: str, table: str, columns: str, values: list[Any]
