@@ -8,4 +8,6 @@ class OutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_outbox import checks  # noqa: F401  (registers the system checks)
+        from django_outbox import checks  # registers the system checks
+
+        checks.quiet_stood_in_warnings()

@@ -271,3 +271,31 @@ def backend_checks(backend: OutboxBackend) -> list[checks.CheckMessage]:
 
     alias = router.db_for_write(Job)
     return sqlite_checks(alias) + mysql_checks(alias)
+
+
+#: Django's warnings that a database lacks partial indexes, conditional unique constraints
+#: or indexes on expressions (MariaDB, MySQL): for django_outbox's own models, migration
+#: 0010 creates what stands in for them there, so they would only be noise at every start.
+STOOD_IN_FOR = frozenset({"models.W036", "models.W037", "models.W043"})
+
+
+def _is_stood_in_for(message: checks.CheckMessage) -> bool:
+    meta = getattr(message.obj, "_meta", None)
+    return message.id in STOOD_IN_FOR and getattr(meta, "app_label", None) == "django_outbox"
+
+
+def quiet_stood_in_warnings() -> None:
+    """Drop Django's STOOD_IN_FOR warnings about django_outbox's models (and only theirs)
+    from its model checks, by wrapping the registered check (called once, at start)."""
+    from django.core.checks.model_checks import check_all_models
+
+    registry = checks.registry.registry
+    if check_all_models not in registry.registered_checks:
+        return
+
+    def check_models(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+        messages = check_all_models(app_configs=app_configs, **kwargs)
+        return [message for message in messages if not _is_stood_in_for(message)]
+
+    registry.registered_checks.discard(check_all_models)
+    registry.register(check_models, *getattr(check_all_models, "tags", ("models",)))

@@ -302,7 +302,9 @@ def test_a_wrong_setting_is_a_system_check_error_with_a_stable_id(
 
     with override_settings(OUTBOX=outbox):
         errors = [
-            e for e in checks.run_checks(databases=["default"]) if e.id.startswith("django_outbox.")
+            e
+            for e in checks.run_checks(databases=["default"])
+            if e.id.startswith("django_outbox.E")
         ]
     assert [e.id for e in errors] == [check_id], errors
     assert says in errors[0].msg

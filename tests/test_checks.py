@@ -220,10 +220,12 @@ GROUP_CASES = [
 @pytest.mark.parametrize(("group", "outbox", "check_id"), GROUP_CASES)
 def test_a_bad_value_is_reported_under_its_groups_own_check_id(group, outbox, check_id):
     with override_settings(OUTBOX=outbox):
+        # Errors: the warnings about the database (W004: polling on MariaDB) are another
+        # matter.
         found = [
             m.id
             for m in checks.run_checks(databases=["default"])
-            if m.id.startswith("django_outbox.")
+            if m.id.startswith("django_outbox.E")
         ]
     assert found and set(found) == {check_id}
     assert conf.check_ids()[group] == check_id

@@ -148,3 +148,15 @@ def test_a_transaction_undone_for_a_deadlock_runs_again_at_once(caplog):
         other.join()
     assert len(runs) == 2 and database.failures == 0
     assert "database error" not in caplog.text
+
+
+@pytest.mark.django_db
+def test_djangos_warnings_about_what_migration_0010_stands_in_for_are_not_shown():
+    from django.contrib.auth.models import User
+
+    shown = {m.id for m in checks.run_checks(databases=["default"]) if m.id.startswith("models.")}
+    assert shown.isdisjoint(outbox_checks.STOOD_IN_FOR)
+    # The same warning about another app's model still shows.
+    theirs = checks.Warning("no partial indexes", obj=User, id="models.W037")
+    ours = checks.Warning("no partial indexes", obj=Job, id="models.W037")
+    assert not outbox_checks._is_stood_in_for(theirs) and outbox_checks._is_stood_in_for(ours)
