@@ -1,4 +1,4 @@
-"""MariaDB 10.6+ and MySQL 8.0.1+: InnoDB row locks with ``SKIP LOCKED``, JSON read and
+"""MariaDB 10.6+ and MySQL 8.0.11+: InnoDB row locks with ``SKIP LOCKED``, JSON read and
 written through the JSON functions, and no ``UPDATE … RETURNING``.
 
 Statements that read back what they wrote do it in a short transaction instead: lock the
