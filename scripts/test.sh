@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL, then on
-# MariaDB (and its MySQL part), each server when reachable.
+# The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL and on
+# MariaDB at once (and MySQL's part on MariaDB), each server when reachable.
 #
 # PostgreSQL: DATABASE_URL if set, else postgres://postgres@127.0.0.1:5432/test when a
 # server answers there. MariaDB (or MySQL): MARIADB_URL if set, else
 # mysql://root@127.0.0.1:3306/test when a server answers there. With
 # OUTBOX_REQUIRE_SERVICES=1 (CI) an unreachable server fails the run instead of skipping
-# its half.
+# its part. OUTBOX_TEST_REDIS_URL (default redis://127.0.0.1:6379/15) ends with the Redis
+# database number of the runs; the MariaDB run takes the one below it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV_PYTHON:-.venv/bin/python}
@@ -45,7 +46,7 @@ except Exception as exc:
 PYEOF
 }
 
-# run NAME URL: the suite on the server at URL, or a skip (a failure under
+# run NAME URL [pytest args]: the suite on the server at URL, or a skip (a failure under
 # OUTBOX_REQUIRE_SERVICES=1) when none answers there.
 run() {
     if reachable "$2"; then
@@ -61,21 +62,35 @@ run() {
 
 echo "== pytest on SQLite"
 env -u DATABASE_URL "$PY" -m pytest "$@"
-# The PostgreSQL run keeps one TASKS alias's jobs in MariaDB beside it, when one answers
-# (tests/test_databases.py).
-if reachable "$mariadb_url" 2>/dev/null; then
-    export OUTBOX_TEST_OTHER_URL=$mariadb_url
-fi
-run PostgreSQL "$pg_url" "$@"
-unset OUTBOX_TEST_OTHER_URL
-run MariaDB "$mariadb_url" "$@"
+
+# PostgreSQL and MariaDB at once: their runs wait on worker processes and servers more than
+# they compute. Each has its own test databases; the MariaDB run takes the Redis database
+# below the PostgreSQL run's (15 and 14 by default).
+redis_url=${OUTBOX_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}
+mariadb_redis_url="${redis_url%/*}/$(( ${redis_url##*/} - 1 ))"
+pg_log=$(mktemp)
+(
+    # The PostgreSQL run keeps one TASKS alias's jobs in MariaDB beside it, when one
+    # answers (tests/test_databases.py).
+    if reachable "$mariadb_url" 2>/dev/null; then
+        export OUTBOX_TEST_OTHER_URL=$mariadb_url
+    fi
+    OUTBOX_TEST_REDIS_URL=$redis_url run PostgreSQL "$pg_url" "$@"
+) >"$pg_log" 2>&1 &
+pg=$!
+failed=0
+OUTBOX_TEST_REDIS_URL=$mariadb_redis_url run MariaDB "$mariadb_url" "$@" || failed=1
 
 # MySQL's own code paths (no INSERT … RETURNING: ids from the first, or read then
 # inserted) on the same MariaDB server: the tests of every way a job or an attempt is
 # inserted. (A whole run, or none when pytest arguments pick tests.)
-if [ $# = 0 ] && reachable "$mariadb_url" 2>/dev/null; then
+if [ $failed = 0 ] && [ $# = 0 ] && reachable "$mariadb_url" 2>/dev/null; then
     echo "== pytest on MariaDB with MySQL's inserts (OUTBOX_TEST_DIALECT=mysql)"
-    OUTBOX_TEST_DIALECT=mysql DATABASE_URL=$mariadb_url "$PY" -m pytest -q \
-        tests/test_enqueue.py tests/test_unique.py tests/test_backend.py \
-        tests/test_webhooks_api.py tests/test_webhooks_delivery.py tests/test_mysql.py
+    OUTBOX_TEST_DIALECT=mysql OUTBOX_TEST_REDIS_URL=$mariadb_redis_url DATABASE_URL=$mariadb_url \
+        "$PY" -m pytest -q tests/test_enqueue.py tests/test_unique.py tests/test_webhooks_api.py \
+        tests/test_webhooks_delivery.py tests/test_mysql.py || failed=1
 fi
+wait $pg || failed=1
+cat "$pg_log"
+rm -f "$pg_log"
+exit $failed
