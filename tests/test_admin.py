@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -656,3 +657,29 @@ def test_an_attempts_page_shows_how_long_it_took_as_people_read_it(admin_client)
     page = admin_client.get(f"/admin/django_outbox/attempt/{attempt.pk}/change/").content.decode()
     assert "70 ms" in page
     assert "0.0703" not in page
+
+
+def test_the_delivery_list_costs_the_same_queries_for_a_few_deliveries_or_a_page(admin_client):
+    """A page's messages and endpoints are read in one query each, whatever their number,
+    and the deliveries themselves newest first without a join (MariaDB sorted every
+    delivery of a joined read to show a page)."""
+
+    def queries_for_the_list() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get("/admin/django_outbox/delivery/")
+        assert page.status_code == 200
+        return [q["sql"] for q in queries]
+
+    webhooks.create_endpoint("https://hooks.example.com/a")
+    webhooks.send("invoice.paid", {"id": 0})
+    few = queries_for_the_list()
+    for n in range(4):
+        webhooks.create_endpoint(f"https://hooks.example.com/more-{n}")
+    for n in range(1, 6):
+        webhooks.send("invoice.paid", {"id": n})
+    page = admin_client.get("/admin/django_outbox/delivery/").content.decode()
+    assert page.count("hooks.example.com/more-") >= 5 * 4  # each row names its endpoint
+    many = queries_for_the_list()
+    assert len(many) == len(few)
+    listing = [sql for sql in many if "FROM" in sql and "delivery" in sql.split("FROM")[1][:40]]
+    assert listing and not any("JOIN" in sql and "LIMIT" in sql for sql in listing)
