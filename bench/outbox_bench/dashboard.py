@@ -2,10 +2,11 @@
 
 It writes ``jobs`` finished, failed and queued jobs spread over the last ``days`` days and
 ``attempts`` webhook attempts (two per delivery, with the endpoints' hourly counts the
-recorder would have kept) over the last day, straight in SQL (a
-million ORM saves would take longer than the benchmark), then renders the dashboard and
-the admin's lists as a logged-in superuser would, and reports milliseconds per page and
-queries per page. Every row it writes carries its mark and is deleted at the end.
+recorder would have kept) over the last day, straight in SQL (a million ORM saves would
+take longer than the benchmark; each database's spelling is in ``dashboard_sql``), then
+renders the dashboard and the admin's lists as a logged-in superuser would, and reports
+milliseconds per page and queries per page. Every row it writes carries its mark and is
+deleted at the end.
 """
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 
 The loader writes its rows with ``INSERT … SELECT`` over a series of numbers ``n``; the
 statements are the same on every database but for these. PostgreSQL's spelling is the one
-the loader was written in; SQLite writes the same rows with its own.
+the loader was written in; SQLite and MariaDB write the same rows with their own.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from django.core.management import CommandError
 
 
 class Spelling:
@@ -65,8 +67,55 @@ class PostgreSQL(Spelling):
         return f"VACUUM ANALYZE {', '.join(tables)}"
 
 
+class MariaDB(Spelling):
+    """MariaDB 10.6+: its sequence tables for the series, UTC_TIMESTAMP for now."""
+
+    def __init__(self, sql_mode: set[str]) -> None:
+        #: Whether a backslash in a string literal is an escape (it is unless the server's
+        #: sql_mode says NO_BACKSLASH_ESCAPES).
+        self.backslash_escapes = "NO_BACKSLASH_ESCAPES" not in sql_mode
+
+    def series(self, count: int) -> str:
+        # seq_1_to_N is a table of the Sequence engine. A recursive CTE would stop at
+        # max_recursive_iterations (1,000 by default). SIGNED: an unsigned n would make
+        # "n … - 7200" an out-of-range error rather than a negative number.
+        return f"(SELECT CAST(seq AS SIGNED) AS n FROM seq_1_to_{count}) AS s"
+
+    def hour(self, column: str) -> str:
+        return f"DATE_FORMAT({column}, '%Y-%m-%d %H:00:00')"
+
+    def ago(self, seconds: str) -> str:
+        # UTC, as Django stores datetimes in MariaDB's DATETIME columns (NOW() would be in
+        # the session's time zone).
+        return f"UTC_TIMESTAMP(6) - INTERVAL ({seconds}) SECOND"
+
+    def concat(self, *parts: str) -> str:
+        # || is OR to MariaDB (unless sql_mode says PIPES_AS_CONCAT).
+        return f"CONCAT({', '.join(parts)})"
+
+    def text(self, value: str) -> str:
+        if self.backslash_escapes:
+            value = value.replace("\\", "\\\\")
+        return super().text(value)
+
+    def analyze(self, tables: list[str]) -> str:
+        # InnoDB's persistent statistics, which information_schema's TABLE_ROWS (the
+        # admin's row estimate) reports.
+        return f"ANALYZE TABLE {', '.join(tables)}"
+
+
 def spelling(connection: Any) -> Spelling:
     """The spelling for ``connection``'s database."""
     if connection.vendor == "postgresql":
         return PostgreSQL()
+    if connection.vendor == "mysql":
+        if not connection.mysql_is_mariadb:
+            raise CommandError(
+                "outbox_bench dashboard writes its rows with MariaDB's sequence tables: "
+                "MariaDB, PostgreSQL or SQLite, not MySQL"
+            )
+        with connection.cursor() as cursor:  # this session's (Django's sql_mode is the server's)
+            cursor.execute("SELECT @@SESSION.sql_mode")
+            (modes,) = cursor.fetchone()
+        return MariaDB(set(modes.split(",")))
     return Spelling()
