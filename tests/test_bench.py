@@ -155,6 +155,69 @@ def test_retry_storm_finishes_every_job_under_both_backoffs(capsys):
     assert "outbox_bench_storm" not in connection.introspection.table_names()
 
 
+def test_dashboard_writes_its_history_renders_each_page_and_deletes_it(capsys, monkeypatch):
+    from datetime import timedelta
+
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.db.models import Count, Sum
+    from django.utils import timezone
+
+    from django_outbox.models import Attempt, Delivery, Endpoint, EndpointHour, Message
+    from outbox_bench import dashboard
+
+    if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
+        pytest.skip("the dashboard's loader writes with MariaDB's sequence tables")
+    written: dict = {}
+    render = dashboard.time_pages
+
+    def count_then_render(rounds):
+        """What the loader wrote, counted just before the pages render it."""
+        jobs = Job.objects.filter(task_path=dashboard.MARK)
+        written["statuses"] = dict(jobs.values_list("status").annotate(n=Count("id")))
+        written["reports"] = jobs.filter(queue="reports").count()
+        written["oldest"] = timezone.now() - min(jobs.values_list("enqueued_at", flat=True))
+        written["errors"] = jobs.filter(status="failed").first().errors
+        written["endpoints"] = Endpoint.objects.filter(tenant=dashboard.MARK).count()
+        written["active"] = Endpoint.objects.filter(tenant=dashboard.MARK, active=True).count()
+        written["deliveries"] = sorted(Delivery.objects.values_list("id", flat=True))
+        attempts = Attempt.objects.values_list("number", "succeeded").annotate(n=Count("id"))
+        written["attempts"] = {(number, ok): n for number, ok, n in attempts}
+        written["hours"] = EndpointHour.objects.aggregate(a=Sum("attempts"), ok=Sum("succeeded"))
+        return render(rounds)
+
+    monkeypatch.setattr(dashboard, "time_pages", count_then_render)
+    call_command(
+        "outbox_bench", "dashboard", "--jobs", "300", "--attempts", "200", "--days", "2",
+        "--rounds", "2",
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert f"outbox_bench dashboard, {connection.vendor}: 300 jobs over 2 days" in out
+    for page in dashboard.PAGES:  # a row per page: median <= slowest, and its queries
+        row = re.search(rf"^  {page}\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", out, re.MULTILINE)
+        assert row, f"no row for {page!r} in:\n{out}"
+        assert 0 < float(row[1]) <= float(row[2]) and int(row[3]) > 0
+    # The same history on every database: 1 % queued, 2 % failed, the rest succeeded, a
+    # tenth in "reports", over the two days; 50 endpoints (a tenth off), a delivery to each
+    # for each of 2 messages, two attempts each (the first failing where its id is a
+    # multiple of 7), and the hourly counts of those attempts.
+    assert written["statuses"] == {"queued": 3, "failed": 6, "succeeded": 291}
+    assert written["reports"] == 30
+    assert timedelta(days=1) < written["oldest"] < timedelta(days=2, minutes=1)
+    assert written["errors"] == [
+        {"exception_class_path": "builtins.ValueError", "traceback": "Traceback\nValueError: bench"}
+    ]
+    assert (written["endpoints"], written["active"], len(written["deliveries"])) == (50, 45, 100)
+    failing = sum(1 for pk in written["deliveries"] if pk % 7 == 0)
+    attempts = {(1, False): failing, (1, True): 100 - failing, (2, True): 100}
+    assert written["attempts"] == {key: n for key, n in attempts.items() if n}
+    assert written["hours"] == {"a": 200, "ok": 200 - failing}
+    # Everything it wrote is gone, its superuser too.
+    for model in (Job, Message, Endpoint, Delivery, Attempt, EndpointHour):
+        assert not model.objects.exists(), model
+    assert not User.objects.filter(username=dashboard.MARK).exists()
+
+
 def test_json_writes_the_figures_the_table_shows(capsys, tmp_path):
     import json
 

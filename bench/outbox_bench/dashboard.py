@@ -2,10 +2,11 @@
 
 It writes ``jobs`` finished, failed and queued jobs spread over the last ``days`` days and
 ``attempts`` webhook attempts (two per delivery, with the endpoints' hourly counts the
-recorder would have kept) over the last day, straight in SQL (a
-million ORM saves would take longer than the benchmark), then renders the dashboard and
-the admin's lists as a logged-in superuser would, and reports milliseconds per page and
-queries per page. Every row it writes carries its mark and is deleted at the end.
+recorder would have kept) over the last day, straight in SQL (a million ORM saves would
+take longer than the benchmark; each database's spelling is in ``dashboard_sql``), then
+renders the dashboard and the admin's lists as a logged-in superuser would, and reports
+milliseconds per page and queries per page. Every row it writes carries its mark and is
+deleted at the end.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_outbox.models import Attempt, Delivery, Endpoint, EndpointHour, Job, Message
+from outbox_bench.dashboard_sql import spelling
 
 MARK = "outbox-bench-dashboard"
 ENDPOINTS = 50
@@ -31,6 +33,10 @@ PAGES = {
     "attempt list": "/admin/django_outbox/attempt/",
     "delivery list": "/admin/django_outbox/delivery/",
 }
+#: A failed job's errors: JSON text, in which ``\n`` is JSON's own escape (the SQL literal
+#: keeps the backslash).
+FAILED_ERRORS = """[{"exception_class_path": "builtins.ValueError",
+                    "traceback": "Traceback\\nValueError: bench"}]"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +53,7 @@ def fill(jobs: int, attempts: int, days: int) -> float:
     span = days * 86400
     deliveries = max(1, attempts // 2)
     messages = max(1, deliveries // ENDPOINTS)
-    sql = _Sql(connection.vendor)
+    sql = spelling(connection)
     job, message, endpoint = Job._meta.db_table, Message._meta.db_table, Endpoint._meta.db_table
     delivery, attempt = Delivery._meta.db_table, Attempt._meta.db_table
     # Every number below is ours: the statements take no parameters, so % is plain SQL.
@@ -65,8 +71,7 @@ def fill(jobs: int, attempts: int, days: int) -> float:
                 CASE WHEN n % 100 = 0 THEN 'queued' WHEN n % 50 = 1 THEN 'failed'
                      ELSE 'succeeded' END,
                 {sql.ago(due_at)}, 1, 3, 1, 3600, '[]',
-                CASE WHEN n % 50 = 1 THEN '[{{"exception_class_path": "builtins.ValueError",
-                    "traceback": "Traceback\\nValueError: bench"}}]' ELSE '[]' END{sql.json},
+                CASE WHEN n % 50 = 1 THEN {sql.text(FAILED_ERRORS)} ELSE '[]' END{sql.json},
                 {sql.ago(f"{at} + 2")}, {sql.ago(f"{at} + 1")}, {sql.ago(f"{at} + 1")},
                 CASE WHEN n % 100 = 0 THEN NULL ELSE {sql.ago(at)} END,
                 1 + n % 2147483646
@@ -75,13 +80,14 @@ def fill(jobs: int, attempts: int, days: int) -> float:
         cursor.execute(
             f"""INSERT INTO {endpoint} (url, tenant, description, event_types, secret,
                 previous_secret, active, disabled_reason, consecutive_failures, created_at)
-            SELECT 'https://hooks' || n || '.example.com/in', '{MARK}', '', '[]',
+            SELECT {sql.concat("'https://hooks'", "n", "'.example.com/in'")}, '{MARK}', '', '[]',
                 'whsec_bench', '', (n % 10 <> 0), '', 0, {sql.ago("0")}
             FROM {sql.series(ENDPOINTS)}"""
         )
+        uid = sql.concat(f"'{MARK}-'", "n")
         cursor.execute(
             f"""INSERT INTO {message} (uid, event_type, tenant, body, created_at)
-            SELECT '{MARK}-' || n, 'bench.event', '{MARK}', '{{}}', {sql.ago("n % 86000")}
+            SELECT {uid}, 'bench.event', '{MARK}', '{{}}', {sql.ago("n % 86000")}
             FROM {sql.series(messages)}"""
         )
         cursor.execute(
@@ -114,45 +120,11 @@ def fill(jobs: int, attempts: int, days: int) -> float:
             WHERE e.tenant = '{MARK}'
             GROUP BY 1, 2"""
         )
-        if connection.vendor == "postgresql":
-            tables = [
-                m._meta.db_table for m in (Job, Message, Endpoint, Delivery, Attempt, EndpointHour)
-            ]
-            cursor.execute(f"VACUUM ANALYZE {', '.join(tables)}")
-        else:
-            cursor.execute("ANALYZE")
+        tables = [
+            m._meta.db_table for m in (Job, Message, Endpoint, Delivery, Attempt, EndpointHour)
+        ]
+        cursor.execute(sql.analyze(tables))
     return time.perf_counter() - started
-
-
-class _Sql:
-    """The few expressions the two databases spell differently."""
-
-    def __init__(self, vendor: str) -> None:
-        self.vendor = vendor
-        self.true = "true" if vendor == "postgresql" else "1"
-        #: A CASE of JSON literals is text to PostgreSQL until cast.
-        self.json = "::jsonb" if vendor == "postgresql" else ""
-
-    def series(self, count: int) -> str:
-        """Rows n = 1 … count."""
-        if self.vendor == "postgresql":
-            return f"generate_series(1::bigint, {count}) AS n"
-        return (
-            "(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s "
-            f"WHERE n < {count}) SELECT n FROM s)"
-        )
-
-    def hour(self, column: str) -> str:
-        """The start of the hour of ``column``."""
-        if self.vendor == "postgresql":
-            return f"date_trunc('hour', {column})"
-        return f"strftime('%Y-%m-%d %H:00:00', {column})"
-
-    def ago(self, seconds: str) -> str:
-        """The time that many seconds before now."""
-        if self.vendor == "postgresql":
-            return f"now() - make_interval(secs => {seconds})"
-        return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ({seconds}) || ' seconds')"
 
 
 def clean() -> None:
