@@ -78,14 +78,20 @@ class DatabasePeer(Peer):
         if connection.vendor == "mysql":
             from outbox_bench import mariadb
 
-            return mariadb.own_database(self.schema)
+            return mariadb.own_database(self.mariadb_database())
         return pg_schema(self.schema)
+
+    def mariadb_database(self) -> str:
+        """Its database on MariaDB, named after Django's: two runs at once on one server
+        (CI's two rows) each have their own, as each has its own on PostgreSQL (a schema
+        in its own test database)."""
+        return f"{connection.settings_dict['NAME']}_{self.schema}"[:64]
 
     def children(self) -> Children:
         if connection.vendor == "mysql":
             from outbox_bench import mariadb
 
-            database = mariadb.child_database(self.schema)
+            database = mariadb.child_database(self.mariadb_database())
             return Children(self.steps, {mariadb.MYSQL_ENV: json.dumps(database)})
         return Children(self.steps, {PG_ENV: pg_conninfo(self.schema)})
 

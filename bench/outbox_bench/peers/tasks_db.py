@@ -22,7 +22,9 @@ from outbox_bench.peers.base import Children, printed
 from outbox_bench.peers.database import DatabasePeer, ServerObserver
 
 SCHEMA = "outbox_bench_tasks_db"
-TABLE = f"{SCHEMA}.django_tasks_database_dbtaskresult"
+#: Unqualified: the observer reads its schema (PostgreSQL: first on its search path) or its
+#: database (MariaDB: the one it is connected to).
+TABLE = "django_tasks_database_dbtaskresult"
 SETTINGS = "outbox_bench.peers.tasks_db_settings"
 
 
