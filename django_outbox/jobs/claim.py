@@ -262,22 +262,18 @@ def _run_claim(
     now: datetime,
     running_limit: int | None = None,
 ) -> list[tuple[Any, ...]]:
+    if not dialect(connection.alias).update_returning:
+        return _lock_then_mark(
+            connection, worker_id, queues, limit, lease_seconds, backend, now, running_limit
+        )
     adapt = connection.ops.adapt_datetimefield_value
     params = [
-        worker_id,
-        adapt(now + timedelta(seconds=lease_seconds)),
-        adapt(now),
-        adapt(now),
-        worker_id,
+        *_claimed_params(connection, worker_id, lease_seconds, now),
         *queues,
         adapt(now),
         backend,
         limit,
     ]
-    if not dialect(connection.alias).update_returning:
-        return _lock_then_mark(
-            connection, worker_id, queues, limit, lease_seconds, backend, now, running_limit
-        )
     if running_limit is not None:
         params += [running_limit, queues[0]]
     sql = _claim_sql(connection.alias, len(queues), running_limit is not None)
@@ -331,11 +327,8 @@ def _claim_limited(
 def _unlock(connection: Any, unlock: tuple[str, list[int]]) -> None:
     """Free a session's lock once the claim's transaction has ended (a connection that
     broke has freed it already)."""
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(named("claim-unlock", unlock[0]), unlock[1])
-    except DatabaseError:
-        pass
+    with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+        cursor.execute(named("claim-unlock", unlock[0]), unlock[1])
 
 
 def _lock_then_mark(
@@ -366,11 +359,7 @@ def _lock_then_mark(
             cursor.execute(
                 _mark_sql(connection.alias, len(rows)),
                 [
-                    worker_id,
-                    adapt(now + timedelta(seconds=lease_seconds)),
-                    adapt(now),
-                    adapt(now),
-                    worker_id,
+                    *_claimed_params(connection, worker_id, lease_seconds, now),
                     *[row[0] for row in rows],
                 ],
             )
@@ -409,6 +398,15 @@ def _due_sql(alias: str, queue_count: int, columns: str, limit: str) -> str:
         f"ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}"
         f"{dialect(alias).skip_locked_suffix()}"
     )
+
+
+def _claimed_params(
+    connection: Any, worker_id: str, lease_seconds: float, now: datetime
+) -> list[Any]:
+    """The parameters of ``_set_claimed``'s assignments, in their order."""
+    adapt = connection.ops.adapt_datetimefield_value
+    lease_until = adapt(now + timedelta(seconds=lease_seconds))
+    return [worker_id, lease_until, adapt(now), adapt(now), worker_id]
 
 
 def _set_claimed(alias: str) -> str:
