@@ -128,6 +128,17 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 
     named = named_databases()
     messages: list[checks.CheckMessage] = []
+    for alias, params in getattr(settings, "TASKS", {}).items():
+        options = params.get("OPTIONS", {}) if isinstance(params, dict) else {}
+        value = options.get("DATABASE") if isinstance(options, dict) else None
+        if value is not None and not isinstance(value, str):
+            messages.append(
+                checks.Error(
+                    f"TASKS[{alias!r}]['OPTIONS']['DATABASE'] must be the name of one of "
+                    f"DATABASES, not {value!r}.",
+                    id="django_outbox.E009",
+                )
+            )
     for alias, database in named.items():
         if database not in settings.DATABASES:
             messages.append(

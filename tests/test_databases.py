@@ -100,6 +100,11 @@ def test_a_database_an_alias_names_must_exist_and_be_routed(settings):
     (missing,) = errors()
     assert "'nowhere', which is not in DATABASES" in missing
     settings.TASKS = settings.TASKS | {
+        "elsewhere": settings.TASKS["elsewhere"] | {"OPTIONS": {"DATABASE": ["jobs2"]}}
+    }
+    (not_a_name,) = errors()
+    assert "must be the name of one of DATABASES, not ['jobs2']" in not_a_name
+    settings.TASKS = settings.TASKS | {
         "elsewhere": settings.TASKS["elsewhere"] | {"OPTIONS": {"DATABASE": "jobs2"}}
     }
     settings.DATABASE_ROUTERS = []
