@@ -254,3 +254,43 @@ def records_with_its_outcome(context: TaskContext, key: str, then: str = "return
     if then == "fail":
         raise ValueError("failed after recording")
     return key
+
+
+# -- workflows ------------------------------------------------------------------------
+
+
+@task()
+def double(x: int) -> int:
+    return 2 * x
+
+
+@task()
+def total(values: list[int], plus: int = 0) -> int:
+    return sum(values) + plus
+
+
+@task(max_attempts=1)
+def fails_for_good(message: str) -> None:
+    raise ValueError(message)
+
+
+@task(takes_context=True)
+def upstream_seen(context: TaskContext, label: str) -> dict[str, Any]:
+    """What a workflow step sees of the steps it waits for."""
+    return {"label": label, "upstream": list(context.upstream_results)}  # type: ignore[attr-defined]
+
+
+@task(takes_context=True)
+def reports_progress(context: TaskContext, items: int) -> int:
+    for done in range(1, items + 1):
+        context.progress(done, items, f"item {done}")  # type: ignore[attr-defined]
+    return items
+
+
+@task(takes_context=True)
+def reports_progress_then_waits(context: TaskContext, seconds: float) -> str:
+    context.progress(3, 10, "three of ten")  # type: ignore[attr-defined]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not context.cancelled():  # type: ignore[attr-defined]
+        time.sleep(0.02)
+    return "stopped" if context.cancelled() else "done"  # type: ignore[attr-defined]

@@ -60,6 +60,7 @@ RETURNED_FIELDS = (
     "enqueued_at",
     "started_at",
     "trace_context",
+    "workflow_id",
 )
 
 
@@ -88,6 +89,8 @@ class ClaimedJob:
     started_at: datetime
     #: The enqueue's trace context (OpenTelemetry), when it was traced.
     trace_context: dict[str, str] | None
+    #: The workflow the job is a step of (django_outbox.workflows), if any.
+    workflow_id: int | None
     last_attempted_at: datetime
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
-from django_outbox.jobs import backoff, sidewrites
+from django_outbox.jobs import backoff, sidewrites, steps
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.returning import column
 from django_outbox.models import Job, JobStatus
@@ -79,9 +79,17 @@ class Outcome:
         return JobStatus.QUEUED if self.will_retry else JobStatus.FAILED
 
     @property
+    def ends_job(self) -> bool:
+        """The job ends with this run: it succeeded, failed for good or was cancelled."""
+        return self.status in _ENDED
+
+    @property
     def errors(self) -> list[dict[str, str]]:
         """The job's error list after this run."""
         return self.job.errors + ([self.error] if self.error else [])
+
+
+_ENDED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 def next_run_at(outcome: Outcome) -> datetime:
@@ -102,11 +110,14 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     rows are written all the same: they record what the run did.
     """
     outcomes = list(outcomes)
-    if not any(o.writes for o in outcomes):
+    ending_steps = [o for o in outcomes if o.job.workflow_id is not None and o.ends_job]
+    if not ending_steps and not any(o.writes for o in outcomes):
         return _complete(worker_id, outcomes)
     with transaction.atomic(using=router.db_for_write(Job)):
         then = sidewrites.write(outcomes)
         stored = _complete(worker_id, outcomes)
+        if ending_steps:
+            _settle_steps(ending_steps, all_stored=stored == len(outcomes))
     for after in then:
         try:
             after()
@@ -115,6 +126,19 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
             # must not stop the worker nor undo them.
             logger.exception("after storing %d outcomes: %s failed", len(outcomes), after)
     return stored
+
+
+def _settle_steps(outcomes: list[Outcome], all_stored: bool) -> None:
+    """Workflow steps ended in this batch: release or take down what waits for them
+    (jobs/steps.py). When some results of the batch were not stored (their leases ran out),
+    only the steps whose rows now hold this batch's ending count."""
+    if not all_stored:
+        using = router.db_for_write(Job)
+        rows = Job.objects.using(using).filter(id__in=[o.job.id for o in outcomes])
+        stored = set(rows.values_list("id", "status", "finished_at"))
+        outcomes = [o for o in outcomes if (o.job.id, o.status, o.finished_at) in stored]
+    ended = [steps.Ended(o.job.id, o.job.workflow_id, o.succeeded) for o in outcomes]  # type: ignore[arg-type]
+    steps.settle(ended, timezone.now())
 
 
 def _complete(worker_id: str, outcomes: list[Outcome]) -> int:

@@ -26,7 +26,7 @@ from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import to_task_result
 from django_outbox.lib.resultids import TOKEN_MAX, new_token
-from django_outbox.models import Job
+from django_outbox.models import Job, JobStatus
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
 from django_outbox.wake.notify import notify_on_commit
@@ -138,6 +138,30 @@ def insert_jobs(task: Task, jobs: list[Job], alone: bool = False) -> list[TaskRe
     return _announce(task, jobs, using)
 
 
+def insert_steps(calls: Sequence[tuple[Task, Job]]) -> list[TaskResult]:
+    """Insert a workflow's step jobs (made by ``build_job``, of several tasks) in the
+    caller's transaction, one INSERT per CHUNK_SIZE rows, all or none; returns their
+    results in order. Only the queued ones signal their queues on commit: a waiting step
+    is signalled when it is queued (jobs/steps.py)."""
+    using = router.db_for_write(Job)
+    jobs = [job for _, job in calls]
+    first = calls[0][0]
+    with telemetry.enqueue_span(first.module_path, first.queue_name, len(jobs)) as trace_context:
+        if trace_context is not None:
+            for job in jobs:
+                job.trace_context = trace_context
+        with transaction.atomic(using=using):
+            _insert_many(jobs, using)
+    by_task: dict[int, tuple[Task, list[Job]]] = {}
+    for task, job in calls:
+        by_task.setdefault(id(task), (task, []))[1].append(job)
+    results = {}
+    for task, of_task in by_task.values():
+        for job, result in zip(of_task, _announce(task, of_task, using), strict=True):
+            results[job.pk] = result
+    return [results[job.pk] for job in jobs]
+
+
 def _insert_many(jobs: list[Job], using: str) -> None:
     """Insert ``jobs``, one INSERT per CHUNK_SIZE rows, and give each its primary key."""
     if dialect(using).insert_returning:
@@ -156,7 +180,9 @@ def _insert_many(jobs: list[Job], using: str) -> None:
 
 def _announce(task: Task, jobs: list[Job], using: str) -> list[TaskResult]:
     """What follows every insert: the wake-up on commit, the metric, ``task_enqueued``."""
-    notify_on_commit([(job.queue, job.run_at) for job in jobs], using=using)
+    notify_on_commit(
+        [(job.queue, job.run_at) for job in jobs if job.status != JobStatus.WAITING], using=using
+    )
     telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
     results = [to_task_result(job, task) for job in jobs]
     backend_class = type(task.get_backend())

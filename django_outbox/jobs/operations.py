@@ -14,6 +14,8 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
+from django_outbox.jobs import steps
+from django_outbox.jobs.returning import update_returning
 from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus
 from django_outbox.wake.notify import notify_on_commit
@@ -36,14 +38,16 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
     """Queue the selected queued, failed and cancelled jobs to run now.
 
     A failed job gets one more attempt than it has used; its earlier errors are kept. A
-    job whose dedup key another active job holds is skipped (it would run twice).
+    job whose dedup key another active job holds is skipped (it would run twice), and so
+    is a workflow's step: it is retried with its workflow (``workflows.retry()``), which
+    runs the steps below it again too.
     """
     now = timezone.now()
     using = router.db_for_write(Job)
-    selected = list(jobs.values_list("pk", "status", "queue"))
+    selected = list(jobs.values_list("pk", "status", "queue", "workflow_id"))
     done = 0
-    for pk, status, queue in selected:
-        if status not in RETRYABLE:
+    for pk, status, queue, workflow_id in selected:
+        if status not in RETRYABLE or workflow_id is not None:
             continue
         try:
             with transaction.atomic(using=using):
@@ -75,17 +79,24 @@ class Cancelled:
 
 
 def cancel(jobs: QuerySet[Job]) -> Cancelled:
-    """Cancel the selected queued jobs, and ask the running ones to stop."""
+    """Cancel the selected queued jobs (and waiting workflow steps), and ask the running
+    ones to stop. A cancelled step takes down the steps below it, as a failed one does."""
     now = timezone.now()
     total = jobs.count()
-    selected = Job.objects.using(router.db_for_write(Job)).filter(pk__in=jobs.values("pk"))
-    cancelled = selected.filter(status=JobStatus.QUEUED).update(
-        status=JobStatus.CANCELLED, finished_at=now
-    )
+    using = router.db_for_write(Job)
+    selected = Job.objects.using(using).filter(pk__in=list(jobs.values_list("pk", flat=True)))
+    with transaction.atomic(using=using):
+        ended = update_returning(
+            "cancel",
+            selected.filter(status__in=[JobStatus.QUEUED, JobStatus.WAITING]),
+            {"status": JobStatus.CANCELLED, "finished_at": now},
+            ["id", "workflow_id"],
+        )
+        steps.settle(steps.steps_ended(ended, succeeded=False), now)
     requested = selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
         cancel_requested_at=now
     )
-    return Cancelled(cancelled, requested, total - cancelled - requested)
+    return Cancelled(len(ended), requested, total - len(ended) - requested)
 
 
 def cancel_job(job: TaskResult | int | str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +10,7 @@ from django.utils.module_loading import import_string
 
 from django_outbox.compat import Task, TaskError, TaskResult
 from django_outbox.exceptions import TaskNotFound
+from django_outbox.jobs.progress import Progress
 from django_outbox.lib.resultids import result_id
 from django_outbox.models import Job, JobStatus
 
@@ -25,6 +26,38 @@ def resolve_task(path: str) -> Task:
             f"{path!r} is a {type(found).__name__}, not a task: decorate it with @task."
         )
     return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxTaskResult(TaskResult):  # type: ignore[misc]
+    """Django's TaskResult, plus what the task last said of its progress (None: nothing)."""
+
+    progress: Progress | None = None
+
+    def refresh(self) -> None:
+        """Reload what changes as the job runs, progress included."""
+        self._take(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        self._take(await self.task.get_backend().aget_result(self.id))
+
+    def _take(self, fresh: TaskResult) -> None:
+        for name in _REFRESHED:
+            object.__setattr__(self, name, getattr(fresh, name, None))
+
+
+#: What a refresh reloads: what changes as a job runs.
+_REFRESHED = (
+    "status",
+    "enqueued_at",
+    "started_at",
+    "finished_at",
+    "last_attempted_at",
+    "errors",
+    "worker_ids",
+    "_return_value",
+    "progress",
+)
 
 
 def to_task_result(job: Job, task: Task | None = None) -> TaskResult:
@@ -46,6 +79,7 @@ def to_task_result(job: Job, task: Task | None = None) -> TaskResult:
         errors=job.errors,
         worker_ids=job.worker_ids,
         return_value=job.return_value,
+        progress=Progress.from_stored(job.progress),
     )
 
 
@@ -64,6 +98,7 @@ def build_result(
     last_attempted_at: datetime | None,
     finished_at: datetime | None,
     return_value: Any = None,
+    progress: Progress | None = None,
 ) -> TaskResult:
     """The TaskResult of a stored job (primary key ``job_id``, its ``token``): its arguments
     decoded from JSON, as they are read from the database."""
@@ -82,16 +117,17 @@ def build_result(
         "finished_at": finished_at,
     }
     if _RESULT_FIELDS != _SET_HERE:  # a Django whose TaskResult has changed: its own way
-        made: TaskResult = TaskResult(**values)
+        made: TaskResult = OutboxTaskResult(**values, progress=progress)
         object.__setattr__(made, "_return_value", return_value)
         return made
     # TaskResult.__init__ would run the arguments through normalize_json again: decoded
     # from JSON, they are JSON's types already, and for quick jobs that second pass cost
     # the worker more than the rest of the result.
-    result: TaskResult = object.__new__(TaskResult)
+    result: TaskResult = object.__new__(OutboxTaskResult)
     for name, value in values.items():
         object.__setattr__(result, name, value)
     object.__setattr__(result, "_return_value", return_value)
+    object.__setattr__(result, "progress", progress)
     return result
 
 

@@ -9,6 +9,13 @@ from django_outbox.models.webhooks import (
     EndpointHour,
     Message,
 )
+from django_outbox.models.workflows import (
+    Receives,
+    Workflow,
+    WorkflowEdge,
+    WorkflowStatus,
+    WorkflowStep,
+)
 
 __all__ = [
     "Attempt",
@@ -21,6 +28,11 @@ __all__ = [
     "JobStatus",
     "Message",
     "RateBucket",
+    "Receives",
     "ScheduleState",
     "Worker",
+    "Workflow",
+    "WorkflowEdge",
+    "WorkflowStatus",
+    "WorkflowStep",
 ]

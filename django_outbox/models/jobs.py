@@ -18,6 +18,8 @@ from django_outbox.lib.resultids import new_token, parse_result_id
 
 
 class JobStatus(models.TextChoices):
+    #: A workflow step whose parents have not all ended: no claim reads it.
+    WAITING = "waiting", "Waiting"
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
@@ -31,6 +33,7 @@ class JobStatus(models.TextChoices):
 
 
 _TASK_STATUS = {
+    JobStatus.WAITING: TaskResultStatus.READY,
     JobStatus.QUEUED: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
@@ -104,6 +107,10 @@ class Job(models.Model):
     #: The W3C trace context of the enqueue, when OpenTelemetry traced it: each run's span
     #: joins that trace (django_outbox.telemetry).
     trace_context = models.JSONField(null=True, blank=True)
+    #: The workflow this job is a step of (django_outbox.workflows), if any.
+    workflow_id = models.BigIntegerField(null=True, blank=True)
+    #: What the task last reported through ``context.progress()``: done, total, note.
+    progress = models.JSONField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 

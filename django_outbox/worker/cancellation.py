@@ -9,10 +9,18 @@ retried; a run that returns normally has done its work and succeeded.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from django_outbox.compat import TaskContext
 from django_outbox.exceptions import Cancelled
+from django_outbox.jobs import progress as job_progress
+from django_outbox.lib.resultids import parse_result_id
+
+#: A progress report this soon after the last one written is skipped (one that reaches its
+#: total never is): a task may report in a tight loop without a write per item.
+PROGRESS_EVERY_SECONDS = 0.5
 
 _lock = threading.Lock()
 _flags: dict[int, Flag] = {}
@@ -37,9 +45,29 @@ class Flag:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutboxTaskContext(TaskContext):  # type: ignore[misc]
-    """Django's TaskContext, plus whether someone asked this run to stop."""
+    """Django's TaskContext, plus whether someone asked this run to stop, the results of
+    the workflow steps it waited for, and a way to report progress."""
 
     cancel_flag: Flag = field(default_factory=Flag, repr=False)
+    #: A workflow step's: the results of the steps it waits for, in the order it named
+    #: them (None for one that did not succeed); empty for a job outside a workflow.
+    upstream_results: list[Any] = field(default_factory=list)
+    #: When progress was last written (monotonic).
+    _progress_state: list[Any] = field(default_factory=lambda: [0.0], repr=False)
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Say how far this run has come: ``done`` of ``total``, with a short note. The
+        job's result (``get_result()``), its workflow and the admin show it. A report within
+        half a second of the last one written is skipped, unless it reaches the total."""
+        report = job_progress.checked(done, total, note)
+        state = self._progress_state
+        now = time.monotonic()
+        finished = report.total is not None and report.done >= report.total
+        if now - state[0] < PROGRESS_EVERY_SECONDS and not finished:
+            return
+        state[0] = now
+        job_id, _token = parse_result_id(self.task_result.id)
+        job_progress.record(job_id, report)
 
     def cancelled(self) -> bool:
         """True once cancellation was requested (seen at the worker's next heartbeat)."""

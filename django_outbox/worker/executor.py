@@ -25,7 +25,7 @@ from django_outbox.compat import (
     task_started,
 )
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
-from django_outbox.jobs import sidewrites
+from django_outbox.jobs import sidewrites, steps
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
@@ -157,11 +157,18 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
 
 def _run(task: Task, job: ClaimedJob, flag: Any, result: Any) -> Outcome:
     try:
+        args = job.args
+        upstream: list[Any] = []
+        if job.workflow_id is not None:
+            given = steps.inputs(job.id)
+            args, upstream = given.arguments(job.args), given.results
         if task.takes_context:
-            context = cancellation.OutboxTaskContext(task_result=result, cancel_flag=flag)
-            value = _runner(job.task_path)(context, *job.args, **job.kwargs)
+            context = cancellation.OutboxTaskContext(
+                task_result=result, cancel_flag=flag, upstream_results=upstream
+            )
+            value = _runner(job.task_path)(context, *args, **job.kwargs)
         else:
-            value = _runner(job.task_path)(*job.args, **job.kwargs)
+            value = _runner(job.task_path)(*args, **job.kwargs)
     except BaseException as exc:
         return _raised(job, flag, exc)
     return _returned(job, flag, value)

@@ -1,0 +1,56 @@
+"""Workflows: chains, groups, chords and DAGs of tasks, enqueued in the caller's transaction.
+
+    from django_outbox import workflows
+    s = workflows.step(task, *args, **kwargs)              # a step; builds nothing in the database
+    workflows.chain(s1, s2, s3).enqueue()                  # returns a run with .id
+    workflows.group(s1, s2, s3).enqueue()
+    workflows.chord([s1, s2, s3], callback_step).enqueue()
+    wf = workflows.Workflow(); a = wf.add(s1); b = wf.add(s2, after=[a]); run = wf.enqueue()
+    run = workflows.get(run.id)   # .status, .result, .steps
+
+See docs/workflows.md.
+"""
+
+from django_outbox.workflows.building import (
+    Chain,
+    Chord,
+    Group,
+    Handle,
+    Step,
+    Workflow,
+    chain,
+    chord,
+    group,
+    step,
+)
+from django_outbox.workflows.runs import (
+    UPSTREAM_FAILED,
+    Run,
+    StepState,
+    WorkflowDoesNotExist,
+    WorkflowNotRetryable,
+    cancel,
+    get,
+    retry,
+)
+
+__all__ = [
+    "UPSTREAM_FAILED",
+    "Chain",
+    "Chord",
+    "Group",
+    "Handle",
+    "Run",
+    "Step",
+    "StepState",
+    "Workflow",
+    "WorkflowDoesNotExist",
+    "WorkflowNotRetryable",
+    "cancel",
+    "chain",
+    "chord",
+    "get",
+    "group",
+    "retry",
+    "step",
+]

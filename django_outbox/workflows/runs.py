@@ -1,0 +1,268 @@
+"""A workflow as its user sees it (``workflows.get()``), and steering one: cancel, retry."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from django_outbox.exceptions import OutboxError
+from django_outbox.jobs import steps
+from django_outbox.jobs.progress import Progress
+from django_outbox.jobs.returning import update_returning
+from django_outbox.lib.resultids import result_id
+from django_outbox.models import (
+    Job,
+    JobStatus,
+    Workflow,
+    WorkflowEdge,
+    WorkflowStatus,
+    WorkflowStep,
+)
+from django_outbox.wake.notify import notify_on_commit
+
+#: A step's status when it was not run because a step above it failed.
+UPSTREAM_FAILED = "upstream_failed"
+
+
+class WorkflowDoesNotExist(OutboxError, LookupError):
+    """No workflow has this id (it never committed, or retention removed it)."""
+
+
+class WorkflowNotRetryable(OutboxError):
+    """Only a finished workflow that failed or was cancelled can be retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepState:
+    position: int
+    job_id: int
+    #: The step's job's result id: ``task.get_result()`` takes it.
+    result_id: str
+    task_path: str
+    #: waiting, queued, running, succeeded, failed, cancelled, or upstream_failed (not run
+    #: because a step it waits for failed).
+    status: str
+    #: Its return value once it succeeded; None before.
+    result: Any
+    #: The last line of its last error, if it has one.
+    error: str | None
+    progress: Progress | None
+    #: Positions of the steps it waits for.
+    waits_for: tuple[int, ...]
+    #: It runs even if the steps it waits for failed (a clean-up step).
+    always: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    name: str
+    #: running, succeeded, failed (a step failed: it may still have steps running, see
+    #: ``finished``) or cancelled.
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    steps: tuple[StepState, ...]
+    #: The last step's return value (a list of them, for a group or several last steps),
+    #: once the workflow succeeded; None before.
+    result: Any
+
+    @property
+    def finished(self) -> bool:
+        """No step of it will run any more."""
+        return self.finished_at is not None
+
+    def refresh(self) -> Run:
+        """The workflow as it stands now."""
+        return get(self.id)
+
+
+def get(workflow_id: int | Run) -> Run:
+    """The workflow ``workflow_id``: its status, its steps' statuses and results, and its
+    result. Three queries, whatever its size."""
+    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
+    using = router.db_for_read(Job)
+    workflow = Workflow.objects.using(using).filter(pk=pk).first()
+    if workflow is None:
+        raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+    rows = (
+        WorkflowStep.objects.using(using)
+        .filter(workflow_id=pk)
+        .select_related("job")
+        .order_by("position")
+    )
+    position_of: dict[int, int] = {}
+    found = []
+    for row in rows:
+        position_of[row.job_id] = row.position
+        found.append(row)
+    parents: dict[int, list[int]] = defaultdict(list)
+    for parent, child in (
+        WorkflowEdge.objects.using(using)
+        .filter(workflow_id=pk)
+        .order_by("child_id", "position")
+        .values_list("parent_id", "child_id")
+    ):
+        parents[child].append(position_of.get(parent, -1))
+    states = tuple(
+        _state(row.job, row.position, tuple(parents[row.job_id]), row.always) for row in found
+    )
+    return _run(workflow, states)
+
+
+def run_of(workflow: Workflow, jobs: list[Job], shape: list[tuple[list[int], bool]]) -> Run:
+    """The run of a workflow just written, from what was written (no query): ``shape``
+    gives each step's parents' positions and whether it runs always."""
+    states = tuple(
+        _state(job, position, tuple(shape[position][0]), shape[position][1])
+        for position, job in enumerate(jobs)
+    )
+    return _run(workflow, states)
+
+
+def _state(job: Job, position: int, waits_for: tuple[int, ...], always: bool) -> StepState:
+    status = str(job.status)
+    errors = job.errors or []
+    last_class = errors[-1].get("exception_class_path") if errors else None
+    if status == JobStatus.CANCELLED and last_class == steps.UPSTREAM_FAILED:
+        status = UPSTREAM_FAILED
+    error = None
+    if errors:
+        lines = str(errors[-1].get("traceback", "")).strip().splitlines()
+        error = lines[-1] if lines else errors[-1].get("exception_class_path")
+    return StepState(
+        position=position,
+        job_id=job.pk,
+        result_id=result_id(job.pk, job.token),
+        task_path=job.task_path,
+        status=status,
+        result=job.return_value if status == JobStatus.SUCCEEDED else None,
+        error=error,
+        progress=Progress.from_stored(job.progress),
+        waits_for=waits_for,
+        always=always,
+    )
+
+
+def _run(workflow: Workflow, states: tuple[StepState, ...]) -> Run:
+    result = None
+    if workflow.status == WorkflowStatus.SUCCEEDED:
+        values = [states[p].result for p in workflow.result_positions if p < len(states)]
+        result = values if workflow.result_is_list else (values[0] if values else None)
+    return Run(
+        id=workflow.pk,
+        name=workflow.name,
+        status=str(workflow.status),
+        created_at=workflow.created_at,
+        finished_at=workflow.finished_at,
+        steps=states,
+        result=result,
+    )
+
+
+def _step_jobs(using: str, pk: int) -> Any:
+    return Job.objects.using(using).filter(
+        id__in=WorkflowStep.objects.using(using).filter(workflow_id=pk).values("job_id")
+    )
+
+
+def cancel(workflow_id: int | Run) -> str:
+    """Cancel a workflow: its steps that have not started never run (clean-up steps
+    included), its running ones are asked to stop (``context.cancelled()``). Returns the
+    workflow's status: "cancelled", or how it had already ended."""
+    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
+    using = router.db_for_write(Job)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        workflow = Workflow.objects.using(using).select_for_update().filter(pk=pk).first()
+        if workflow is None:
+            raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+        if workflow.finished_at is not None or workflow.status == WorkflowStatus.CANCELLED:
+            return str(workflow.status)
+        jobs = _step_jobs(using, pk)
+        cancelled = jobs.filter(status__in=[JobStatus.WAITING, JobStatus.QUEUED]).update(
+            status=JobStatus.CANCELLED, finished_at=now
+        )
+        jobs.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
+            cancel_requested_at=now
+        )
+        Workflow.objects.using(using).filter(pk=pk).update(status=WorkflowStatus.CANCELLED)
+        if cancelled:
+            steps.count_down(using, Counter({pk: cancelled}), set(), now)
+    return str(WorkflowStatus.CANCELLED)
+
+
+def retry(workflow_id: int | Run) -> int:
+    """Run a failed or cancelled workflow's unsuccessful steps again, and every step below
+    them; the steps that succeeded (and are not below one that did not) keep their results.
+    Returns how many steps will run again."""
+    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
+    using = router.db_for_write(Job)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        workflow = Workflow.objects.using(using).select_for_update().filter(pk=pk).first()
+        if workflow is None:
+            raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+        if workflow.finished_at is None or workflow.status == WorkflowStatus.SUCCEEDED:
+            raise WorkflowNotRetryable(
+                f"Workflow {pk} is {workflow.status}"
+                + (" and still has steps to run" if workflow.finished_at is None else "")
+                + ": only a finished workflow that failed or was cancelled can be retried."
+            )
+        statuses = dict(_step_jobs(using, pk).values_list("id", "status"))
+        children: dict[int, list[int]] = defaultdict(list)
+        parents: dict[int, list[int]] = defaultdict(list)
+        for parent, child in (
+            WorkflowEdge.objects.using(using)
+            .filter(workflow_id=pk)
+            .values_list("parent_id", "child_id")
+        ):
+            children[parent].append(child)
+            parents[child].append(parent)
+        again = {job for job, status in statuses.items() if status != JobStatus.SUCCEEDED}
+        below = list(again)
+        while below:
+            job = below.pop()
+            for child in children[job]:
+                if child not in again:
+                    again.add(child)
+                    below.append(child)
+        if not again:
+            raise WorkflowNotRetryable(f"Workflow {pk} has no step that did not succeed.")
+        waiting_on = {job: sum(1 for p in parents[job] if p in again) for job in again}
+        first = [job for job, n in waiting_on.items() if n == 0]
+        later = [job for job, n in waiting_on.items() if n > 0]
+        fresh = {
+            "finished_at": None,
+            "cancel_requested_at": None,
+            "return_value": None,
+            "progress": None,
+            "max_attempts": Greatest(F("max_attempts"), F("attempts") + 1),
+        }
+        queued = update_returning(
+            "workflow-retry",
+            Job.objects.using(using).filter(id__in=first),
+            {"status": JobStatus.QUEUED, "run_at": now, **fresh},
+            ["queue", "run_at"],
+        )
+        Job.objects.using(using).filter(id__in=later).update(status=JobStatus.WAITING, **fresh)
+        if later:
+            WorkflowStep.objects.using(using).filter(job_id__in=later).update(
+                waiting_on=Case(
+                    *(When(job_id=job, then=Value(waiting_on[job])) for job in later),
+                    output_field=IntegerField(),
+                )
+            )
+        WorkflowStep.objects.using(using).filter(job_id__in=first).update(waiting_on=0)
+        Workflow.objects.using(using).filter(pk=pk).update(
+            status=WorkflowStatus.RUNNING, finished_at=None, steps_left=len(again)
+        )
+        notify_on_commit([(row["queue"], row["run_at"]) for row in queued], using=using)
+    return len(again)

@@ -1,0 +1,77 @@
+"""Writing a built workflow, in the caller's transaction, in a fixed number of statements
+whatever its number of steps: the workflow row, its step jobs (through the one job-insert
+path, jobs/enqueue.py), their step rows and their edges; one INSERT per table for each
+1,000 rows."""
+
+from __future__ import annotations
+
+from django.db import router, transaction
+from django.utils import timezone
+
+from django_outbox.db.routing import database_of, jobs_of
+from django_outbox.jobs.enqueue import CHUNK_SIZE, build_job, insert_steps
+from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
+from django_outbox.workflows.building import Plan
+from django_outbox.workflows.runs import Run, run_of
+
+
+def write(plan: Plan, result_positions: list[int], result_is_list: bool, name: str) -> Run:
+    """Write ``plan`` in the database of its tasks' TASKS alias, in the current transaction."""
+    aliases = {node.step.task.backend for node in plan.nodes}
+    databases = {database_of(alias) for alias in aliases}
+    if len(databases) > 1:
+        raise ValueError(
+            f"A workflow's steps must keep their jobs in one database; these tasks use the "
+            f"TASKS aliases {', '.join(sorted(aliases))}, which keep them in different ones."
+        )
+    with jobs_of(plan.nodes[0].step.task.backend):
+        return _write(plan, result_positions, result_is_list, name)
+
+
+def _write(plan: Plan, result_positions: list[int], result_is_list: bool, name: str) -> Run:
+    using = router.db_for_write(Job)
+    now = timezone.now()
+    total = len(plan.nodes)
+    with transaction.atomic(using=using):
+        workflow = Workflow.objects.using(using).create(
+            name=name[:200],
+            created_at=now,
+            steps_total=total,
+            steps_left=total,
+            result_positions=result_positions,
+            result_is_list=result_is_list,
+        )
+        calls = []
+        for node in plan.nodes:
+            job = build_job(node.step.task, node.step.args, node.step.kwargs, now)
+            job.workflow_id = workflow.pk
+            if node.parents:
+                job.status = JobStatus.WAITING
+            calls.append((node.step.task, job))
+        insert_steps(calls)
+        ids = [job.pk for _, job in calls]
+        WorkflowStep.objects.using(using).bulk_create(
+            [
+                WorkflowStep(
+                    job_id=ids[position],
+                    workflow=workflow,
+                    position=position,
+                    waiting_on=len(node.parents),
+                    always=node.step.run_always,
+                    receives=node.receives,
+                )
+                for position, node in enumerate(plan.nodes)
+            ],
+            batch_size=CHUNK_SIZE,
+        )
+        edges = [
+            WorkflowEdge(
+                workflow=workflow, parent_id=ids[parent], child_id=ids[position], position=i
+            )
+            for position, node in enumerate(plan.nodes)
+            for i, parent in enumerate(node.parents)
+        ]
+        if edges:
+            WorkflowEdge.objects.using(using).bulk_create(edges, batch_size=CHUNK_SIZE)
+    shape = [(node.parents, node.step.run_always) for node in plan.nodes]
+    return run_of(workflow, [job for _, job in calls], shape)

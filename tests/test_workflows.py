@@ -1,0 +1,222 @@
+"""Workflows: chains, groups, chords and DAGs, run by real workers on the suite's database."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from django_outbox import workflows
+from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
+from tests import tasks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_passes_each_result_to_the_next_step(run_worker):
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 2),
+        workflows.step(tasks.double),
+        workflows.step(tasks.add, 10),
+    ).enqueue()
+    assert run.status == "running"
+    assert [s.status for s in run.steps] == ["queued", "waiting", "waiting"]
+    run_worker()
+    done = workflows.get(run.id)
+    assert (done.status, done.result) == ("succeeded", (1 + 2) * 2 + 10)
+    assert [s.result for s in done.steps] == [3, 6, 16]
+    assert done.finished and [s.waits_for for s in done.steps] == [(), (0,), (1,)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_immutable_step_takes_no_result_from_the_chain(run_worker):
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 2), workflows.step(tasks.add, 5, 5).immutable()
+    ).enqueue()
+    run_worker()
+    assert workflows.get(run.id).result == 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_runs_side_by_side_and_its_result_is_the_list_in_order(run_worker):
+    run = workflows.group(*(workflows.step(tasks.double, n) for n in range(5))).enqueue()
+    assert {s.status for s in run.steps} == {"queued"}
+    run_worker(concurrency=4)
+    done = workflows.get(run.id)
+    assert (done.status, done.result) == ("succeeded", [0, 2, 4, 6, 8])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chord_calls_back_once_with_the_members_results_in_order(run_worker):
+    members = [workflows.step(tasks.double, n) for n in (3, 1, 2)]
+    run = workflows.chord(members, workflows.step(tasks.total, plus=100)).enqueue()
+    # An immutable callback gets its own arguments only, and reads the results in context.
+    seen = workflows.chord(members, workflows.step(tasks.upstream_seen, "cb").immutable())
+    seen_run = seen.enqueue()
+    run_worker(concurrency=3)
+    done = workflows.get(run.id)
+    assert (done.status, done.result) == ("succeeded", 6 + 2 + 4 + 100)
+    assert workflows.get(seen_run.id).result == {"label": "cb", "upstream": [6, 2, 4]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nested_blocks_compose_as_celerys_canvas_does(run_worker):
+    # add(1, 1) -> [double, double] -> total(list) -> group(double, add(100))
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 1),
+        workflows.group(workflows.step(tasks.double), workflows.step(tasks.double)),
+        workflows.step(tasks.total),
+        workflows.group(workflows.step(tasks.double), workflows.step(tasks.add, 100)),
+    ).enqueue()
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert (done.status, done.result) == ("succeeded", [16, 108])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dag_step_waits_for_all_its_parents_and_reads_their_results(run_worker):
+    wf = workflows.Workflow(name="report")
+    a = wf.add(workflows.step(tasks.add, 1, 2))
+    b = wf.add(workflows.step(tasks.add, 3, 4))
+    c = wf.add(workflows.step(tasks.double, 5), after=[a])
+    d = wf.add(workflows.step(tasks.upstream_seen, "d"), after=[c, b])
+    run = wf.enqueue()
+    assert [s.waits_for for s in run.steps] == [(), (), (0,), (2, 1)]
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.name == "report" and done.status == "succeeded"
+    assert done.result == {"label": "d", "upstream": [10, 7]}
+    assert d.exits == (3,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workflow_rolled_back_with_its_transaction_leaves_nothing():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        workflows.chord(
+            [workflows.step(tasks.double, 1), workflows.step(tasks.double, 2)],
+            workflows.step(tasks.total),
+        ).enqueue()
+        raise RuntimeError("the view failed")
+    assert not Workflow.objects.exists() and not Job.objects.exists()
+    assert not WorkflowStep.objects.exists() and not WorkflowEdge.objects.exists()
+
+
+def test_building_a_workflow_touches_no_database():
+    # No django_db mark: pytest-django fails any database access in this test.
+    wf = workflows.Workflow()
+    a = wf.add(workflows.chain(workflows.step(tasks.add, 1, 2), workflows.step(tasks.double)))
+    wf.add(workflows.step(tasks.total, [1]), after=[a])
+    workflows.chord([workflows.step(tasks.double, 1)], workflows.step(tasks.total))
+    with pytest.raises(RuntimeError, match="Database access not allowed"):
+        wf.enqueue()  # the test's own check that the guard is on
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: workflows.step(print, 1), "takes a task"),
+        (lambda: workflows.step(tasks.add, object()), "JSON-serialisable"),
+        (lambda: workflows.chain(), "at least one step"),
+        (lambda: workflows.group(workflows.step(tasks.noop), 3), "not 3"),
+        (lambda: workflows.chord("ab", workflows.step(tasks.noop)), "list of steps"),
+        (lambda: workflows.step(tasks.rebuild_index), "unique key"),
+        (lambda: workflows.Workflow().enqueue(), "no steps"),
+        (
+            lambda: workflows.Workflow().add(
+                workflows.step(tasks.noop),
+                after=[workflows.Workflow().add(workflows.step(tasks.noop))],
+            ),
+            "this workflow's add()",
+        ),
+    ],
+)
+def test_a_badly_built_workflow_is_a_clear_error(build, message):
+    with pytest.raises((TypeError, ValueError)) as caught:
+        build()
+    assert message in str(caught.value)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_step_takes_down_what_waits_for_it_but_not_its_clean_up(run_worker):
+    wf = workflows.Workflow()
+    ok = wf.add(workflows.step(tasks.add, 1, 1))
+    bad = wf.add(workflows.step(tasks.fails_for_good, "boom"))
+    below = wf.add(workflows.step(tasks.double, 1), after=[bad, ok])
+    wf.add(workflows.step(tasks.double, 2), after=[below])
+    wf.add(workflows.step(tasks.upstream_seen, "clean-up"), after=[below, ok], always=True)
+    run = wf.enqueue()
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.status == "failed" and done.finished and done.result is None
+    statuses = [s.status for s in done.steps]
+    assert statuses == ["succeeded", "failed", "upstream_failed", "upstream_failed", "succeeded"]
+    assert done.steps[4].result == {"label": "clean-up", "upstream": [None, 2]}
+    assert "failed or was cancelled" in done.steps[2].error
+    # Not run: never claimed, no attempt spent.
+    not_run = Job.objects.filter(pk__in=[done.steps[2].job_id, done.steps[3].job_id])
+    assert {(j.status, j.attempts) for j in not_run} == {(JobStatus.CANCELLED, 0)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retrying_a_failed_workflow_reruns_the_failed_steps_and_those_below_only(run_worker):
+    wf = workflows.Workflow()
+    first = wf.add(workflows.step(tasks.record_once, "first"))
+    flaky = wf.add(workflows.step(tasks.fails_for_good, "boom"), after=[first])
+    wf.add(workflows.step(tasks.double, 4), after=[flaky])
+    run = wf.enqueue()
+    run_worker(queues=["default", "slow"])
+    assert workflows.get(run.id).status == "failed"
+    with pytest.raises(workflows.WorkflowNotRetryable):
+        workflows.retry(workflows.chain(workflows.step(tasks.noop)).enqueue())  # still running
+    # The task is mended: the failed step now runs something that works.
+    flaky_job = Job.objects.get(pk=run.steps[1].job_id)
+    flaky_job.task_path = "tests.tasks.noop"
+    flaky_job.args = []
+    flaky_job.save()
+    assert workflows.retry(run.id) == 2
+    assert workflows.get(run.id).status == "running"
+    run_worker()
+    done = workflows.get(run.id)
+    assert (done.status, [s.status for s in done.steps]) == ("succeeded", ["succeeded"] * 3)
+    # record_once would fail a second run: the step that succeeded ran once.
+    assert done.steps[0].result == "first" and done.result == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_workflow_cancels_its_pending_steps_and_asks_running_ones_to_stop(
+    start_worker,
+):
+    from tests.conftest import wait_until
+
+    run = workflows.chain(
+        workflows.step(tasks.reports_progress_then_waits, 30),
+        workflows.step(tasks.noop).immutable(),
+        workflows.step(tasks.noop).always().immutable(),
+    ).enqueue()
+    worker = start_worker("--concurrency", "2")
+    wait_until(
+        lambda: workflows.get(run.id).steps[0].progress is not None, what="the first step to run"
+    )
+    assert str(workflows.get(run.id).steps[0].progress) == "3 of 10 (three of ten)"
+    assert workflows.cancel(run.id) == "cancelled"
+    done = wait_until(lambda: (r := workflows.get(run.id)).finished and r, what="it to finish")
+    assert done.status == "cancelled"
+    assert [s.status for s in done.steps] == ["succeeded", "cancelled", "cancelled"]
+    assert done.steps[0].result == "stopped"  # it saw the request and returned
+    assert workflows.cancel(run.id) == "cancelled"
+    worker.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_shows_in_the_result_and_the_workflow(run_worker):
+    result = tasks.reports_progress.enqueue(5)
+    run_worker()
+    fetched = tasks.reports_progress.get_result(result.id)
+    assert (fetched.progress.done, fetched.progress.total) == (5, 5)
+    assert fetched.progress.note == "item 5" and fetched.progress.fraction == 1.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unknown_workflow_is_a_clear_error():
+    with pytest.raises(workflows.WorkflowDoesNotExist, match="No workflow 12345"):
+        workflows.get(12345)
+    with pytest.raises(workflows.WorkflowDoesNotExist):
+        workflows.cancel(12345)
