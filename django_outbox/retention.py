@@ -1,5 +1,9 @@
-"""Deleting what is old: finished jobs, and webhook messages whose deliveries are all done
-(with their deliveries, attempts and hourly counts).
+"""Deleting what is old: finished jobs, finished workflows (with their steps' jobs), and
+webhook messages whose deliveries are all done (with their deliveries, attempts and hourly
+counts).
+
+A workflow's step jobs go with their workflow, never before: a step that waits reads the
+results of the steps above it, however long ago they finished.
 
 Every DELETE takes at most CHUNK rows, chosen by a bounded SELECT in the same statement,
 so no statement holds many locks or runs for long, and workers keep claiming while a
@@ -28,6 +32,9 @@ from django_outbox.models import (
     EndpointHour,
     Job,
     Message,
+    Workflow,
+    WorkflowEdge,
+    WorkflowStep,
 )
 
 __all__ = ["CHUNK", "FINISHED_NAMES", "Pruned", "parse_age", "parse_statuses", "prune"]
@@ -47,6 +54,7 @@ class Pruned:
     counts: dict[str, int] = field(
         default_factory=lambda: {
             "jobs": 0,
+            "workflows": 0,
             "messages": 0,
             "deliveries": 0,
             "attempts": 0,
@@ -68,6 +76,7 @@ class Pruned:
 #: Each table's count as one row and as several: "1 delivery", "2 deliveries".
 _NOUNS = {
     "jobs": ("job", "jobs"),
+    "workflows": ("workflow", "workflows"),
     "messages": ("message", "messages"),
     "deliveries": ("delivery", "deliveries"),
     "attempts": ("attempt", "attempts"),
@@ -95,6 +104,7 @@ def prune(
         report(pruned)
         return pruned
     _prune_jobs(pruned, cutoff, statuses, report)
+    _prune_workflows(pruned, cutoff, statuses, report)
     _prune_messages(pruned, cutoff, report)
     _prune_hours(pruned, cutoff, report)
     return pruned
@@ -133,9 +143,41 @@ def _prune_jobs(
     pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
 ) -> None:
     sql = _Sql(Job)
-    where = f"status IN ({_status_list(statuses)}) AND finished_at < %s"
+    where = f"status IN ({_status_list(statuses)}) AND finished_at < %s AND workflow_id IS NULL"
     while deleted := sql.delete_chunk(Job, where, [sql.datetime(cutoff)], order="finished_at"):
         pruned.counts["jobs"] += deleted
+        report(pruned)
+
+
+#: Workflows per round: each brings its steps' jobs, steps and edges.
+WORKFLOW_CHUNK = 1_000
+#: Step rows per DELETE (their primary key is their job's id, not ``id``).
+STEP_CHUNK = 5_000
+
+
+def _prune_workflows(
+    pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
+) -> None:
+    """Workflows finished before ``cutoff`` with one of ``statuses``, a round of them at a
+    time: their steps' jobs, their edges and steps, then them."""
+    sql = _Sql(Workflow)
+    step = sql.table(WorkflowStep)
+    old = Workflow.objects.using(sql.connection.alias).filter(
+        status__in=statuses, finished_at__lt=cutoff
+    )
+    while ids := list(old.order_by("id").values_list("id", flat=True)[:WORKFLOW_CHUNK]):
+        among = ", ".join(str(int(pk)) for pk in ids)
+        of_them = f"id IN (SELECT job_id FROM {step} WHERE workflow_id IN ({among}))"
+        while deleted := sql.delete_chunk(Job, of_them, []):
+            pruned.counts["jobs"] += deleted
+            report(pruned)
+        while sql.delete_chunk(WorkflowEdge, f"workflow_id IN ({among})", []):
+            pass
+        steps = WorkflowStep.objects.using(sql.connection.alias).filter(workflow_id__in=ids)
+        while chunk := list(steps.values_list("job_id", flat=True)[:STEP_CHUNK]):
+            steps.filter(job_id__in=chunk)._raw_delete(sql.connection.alias)
+        gone = Workflow.objects.using(sql.connection.alias).filter(id__in=ids)
+        pruned.counts["workflows"] += gone._raw_delete(sql.connection.alias)
         report(pruned)
 
 
@@ -203,7 +245,14 @@ def _prune_hours(pruned: Pruned, cutoff: datetime, report: Callable[[Pruned], No
 
 
 def _count(pruned: Pruned, cutoff: datetime, statuses: list[str]) -> None:
-    pruned.counts["jobs"] = Job.objects.filter(status__in=statuses, finished_at__lt=cutoff).count()
+    pruned.counts["jobs"] = Job.objects.filter(
+        status__in=statuses, finished_at__lt=cutoff, workflow_id=None
+    ).count()
+    workflows = Workflow.objects.filter(status__in=statuses, finished_at__lt=cutoff)
+    pruned.counts["workflows"] = workflows.count()
+    pruned.counts["jobs"] += Job.objects.filter(
+        id__in=WorkflowStep.objects.filter(workflow__in=workflows).values("job_id")
+    ).count()
     old = Message.objects.filter(created_at__lt=cutoff).exclude(
         deliveries__status=DeliveryStatus.PENDING
     )

@@ -83,16 +83,18 @@ def test_on_a_terminal_only_a_real_prune_shows_a_live_progress_line():
     out = Terminal()
     call_command("outbox_prune", "--older-than", "7d", "--dry-run", stdout=out)
     assert "so far" not in out.getvalue() and "\r" not in out.getvalue()
-    assert out.getvalue().startswith("outbox_prune would delete: 1 job, 0 messages")
+    assert out.getvalue().startswith("outbox_prune would delete: 1 job, 0 workflows, 0 messages")
     out = Terminal()
     call_command("outbox_prune", "--older-than", "7d", stdout=out)
-    assert "\rdeleted so far: 1 job, 0 messages" in out.getvalue()
+    assert "\rdeleted so far: 1 job, 0 workflows, 0 messages" in out.getvalue()
 
 
 def test_counts_read_in_the_singular_and_the_plural():
     pruned = retention.Pruned()
     pruned.counts.update({"jobs": 1, "deliveries": 1, "attempts": 12345, "hourly counts": 1})
-    assert str(pruned) == "1 job, 0 messages, 1 delivery, 12,345 attempts, 1 hourly count"
+    assert (
+        str(pruned) == "1 job, 0 workflows, 0 messages, 1 delivery, 12,345 attempts, 1 hourly count"
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -108,6 +110,7 @@ def test_old_messages_go_with_their_deliveries_and_attempts_unless_one_is_pendin
     pruned = retention.prune(timedelta(days=7))
     assert pruned.counts == {
         "jobs": 0,
+        "workflows": 0,
         "messages": 1,
         "deliveries": 2,
         "attempts": 4,

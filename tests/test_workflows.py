@@ -8,6 +8,7 @@ from django.db import transaction
 from django_outbox import workflows
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
 from tests import tasks
+from tests.models import Once
 
 
 @pytest.mark.django_db(transaction=True)
@@ -220,3 +221,93 @@ def test_an_unknown_workflow_is_a_clear_error():
         workflows.get(12345)
     with pytest.raises(workflows.WorkflowDoesNotExist):
         workflows.cancel(12345)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chord_of_10000_members_on_two_worker_processes_calls_back_exactly_once(start_worker):
+    from tests.conftest import wait_until
+
+    members = [workflows.step(tasks.noop) for _ in range(10_000)]
+    callback = workflows.step(tasks.record_once, "the callback").immutable()
+    run = workflows.chord(members, callback).enqueue()
+    workers = [start_worker("--concurrency", "4") for _ in range(2)]
+    done = wait_until(
+        lambda: (r := workflows.get(run.id)).finished and r, timeout=240, what="the chord"
+    )
+    assert (done.status, done.result) == ("succeeded", "the callback")
+    callback_job = Job.objects.get(pk=done.steps[-1].job_id)
+    # record_once fails a second run (a unique row): one run, one attempt.
+    assert (callback_job.attempts, callback_job.status) == (1, JobStatus.SUCCEEDED)
+    assert Once.objects.filter(key="the callback").count() == 1
+    # Both processes finished members: the last ones may have ended on either.
+    ran_on = Job.objects.exclude(pk=callback_job.pk).values_list("worker_ids", flat=True)
+    assert len({ids[0].rsplit(":", 1)[0] for ids in ran_on}) == 2
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staff_see_a_workflows_steps_and_retry_it_from_the_admin(admin_client, run_worker):
+    wf = workflows.Workflow(name="nightly report")
+    a = wf.add(workflows.step(tasks.add, 2, 3))
+    bad = wf.add(workflows.step(tasks.fails_for_good, "no data"), after=[a])
+    wf.add(workflows.step(tasks.double, 1), after=[bad])
+    run = wf.enqueue()
+    run_worker()
+    listing = admin_client.get("/admin/django_outbox/workflow/").content.decode()
+    assert "nightly report" in listing and "failed" in listing and "3 of 3" in listing
+    page = admin_client.get(f"/admin/django_outbox/workflow/{run.id}/change/").content.decode()
+    assert "upstream failed" in page and "ValueError: no data" in page
+    assert f"/admin/django_outbox/job/{run.steps[1].job_id}/change/" in page
+    job_page = admin_client.get(f"/admin/django_outbox/job/{run.steps[1].job_id}/change/")
+    assert f"workflow #{run.id}" in job_page.content.decode()
+
+    response = admin_client.post(
+        "/admin/django_outbox/workflow/",
+        {"action": "retry_workflows", "_selected_action": [run.id]},
+        follow=True,
+    )
+    assert "Steps to run again: 2." in response.content.decode()
+    assert [s.status for s in workflows.get(run.id).steps] == ["succeeded", "queued", "waiting"]
+    again = admin_client.post(
+        "/admin/django_outbox/workflow/",
+        {"action": "retry_workflows", "_selected_action": [run.id]},
+        follow=True,
+    ).content.decode()
+    assert "only a finished workflow that failed or was cancelled can be retried" in again
+    admin_client.post(
+        "/admin/django_outbox/workflow/",
+        {"action": "cancel_workflows", "_selected_action": [run.id]},
+    )
+    assert workflows.get(run.id).status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retention_prunes_a_finished_workflow_whole_and_never_a_running_ones_steps(run_worker):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_outbox import retention
+
+    old = workflows.chain(workflows.step(tasks.add, 1, 2), workflows.step(tasks.double)).enqueue()
+    live = workflows.Workflow()
+    first = live.add(workflows.step(tasks.add, 5, 5))
+    live.add(workflows.step(tasks.upstream_seen, "later"), after=[first])
+    live_run = live.enqueue()
+    lone = tasks.add.enqueue(1, 1)
+    run_worker()
+    # The live workflow as it stood before its last step ran: that step still waiting.
+    Job.objects.filter(pk=live_run.steps[1].job_id).update(status=JobStatus.WAITING)
+    Workflow.objects.filter(pk=live_run.id).update(status="running", finished_at=None, steps_left=1)
+    later = timezone.now() + timedelta(days=8)
+    assert retention.prune(timedelta(days=7), dry_run=True, now=later).counts["workflows"] == 1
+    pruned = retention.prune(timedelta(days=7), now=later)
+    assert (pruned.counts["workflows"], pruned.counts["jobs"]) == (1, 2 + 1)
+    assert not Workflow.objects.filter(pk=old.id).exists()
+    assert not WorkflowStep.objects.filter(workflow_id=old.id).exists()
+    assert not WorkflowEdge.objects.filter(workflow_id=old.id).exists()
+    assert not Job.objects.filter(pk__in=[s.job_id for s in old.steps]).exists()
+    assert not Job.objects.for_result(lone.id).exists()
+    # The live workflow's finished first step stays: its waiting step will read it.
+    assert workflows.get(live_run.id).steps[0].result == 10

@@ -1,8 +1,8 @@
 """The admin is the dashboard: every model, actions to steer them, and an overview page.
 
-Registers the ModelAdmins of ``jobs`` and ``webhooks`` and the dashboard page.
+Registers the ModelAdmins of ``jobs``, ``webhooks`` and ``workflows`` and the dashboard page.
 """
 
-from django_outbox.admin import dashboard, jobs, webhooks
+from django_outbox.admin import dashboard, jobs, webhooks, workflows
 
-__all__ = ["dashboard", "jobs", "webhooks"]
+__all__ = ["dashboard", "jobs", "webhooks", "workflows"]

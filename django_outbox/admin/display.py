@@ -20,6 +20,7 @@ NOTHING = "\u2013"
 #: Status colours: green done, blue waiting, amber busy, red failed, grey cancelled.
 COLOURS = {
     "succeeded": "#1b7f3b",
+    "waiting": "#5b5fc7",
     "queued": "#1f5fa8",
     "pending": "#1f5fa8",
     "running": "#a86400",

@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 from django_outbox import schedules
 from django_outbox.admin import display, lists, overview
 from django_outbox.jobs import operations
+from django_outbox.jobs.progress import Progress
 from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Job, JobStatus, ScheduleState, Worker
 
@@ -77,6 +78,8 @@ class JobAdmin(ReadOnlyAdmin):
         "pretty_kwargs",
         "pretty_return_value",
         "error_history",
+        "shown_progress",
+        "workflow",
     ]
     fieldsets = [
         (
@@ -90,6 +93,7 @@ class JobAdmin(ReadOnlyAdmin):
                     "status",
                     "priority",
                     "dedup_key",
+                    "workflow",
                 ]
             },
         ),
@@ -112,6 +116,7 @@ class JobAdmin(ReadOnlyAdmin):
                     "worker_id",
                     "lease_until",
                     "worker_ids",
+                    "shown_progress",
                     "error_history",
                 ]
             },
@@ -144,6 +149,18 @@ class JobAdmin(ReadOnlyAdmin):
         """The task's name; its whole path in the title."""
         return display.cut(job.task_path, 12, shown=job.task_path.rsplit(".", 1)[-1])
 
+    @admin.display(description="workflow")
+    def workflow(self, job: Job) -> SafeString | str:
+        if job.workflow_id is None:
+            return display.NOTHING
+        url = reverse("admin:django_outbox_workflow_change", args=[job.workflow_id])
+        return format_html('<a href="{}">workflow #{}</a>', url, job.workflow_id)
+
+    @admin.display(description="progress")
+    def shown_progress(self, job: Job) -> str:
+        progress = Progress.from_stored(job.progress)
+        return str(progress) if progress else display.NOTHING
+
     @admin.display(description="attempts")
     def attempts_used(self, job: Job) -> SafeString:
         return format_html(
@@ -162,9 +179,16 @@ class JobAdmin(ReadOnlyAdmin):
             if job.run_at > now:
                 return display.dated(f"in {display.duration(job.run_at - now)}", job.run_at, "due")
             return display.dated(f"waiting {display.age(job.run_at, now)}", job.run_at, "due")
+        if job.status == JobStatus.WAITING:
+            age = display.age(job.enqueued_at, now)
+            return display.dated(
+                f"waiting {age} for its upstream steps", job.enqueued_at, "enqueued"
+            )
         if job.status == JobStatus.RUNNING:
             started = job.last_attempted_at or job.started_at
-            return display.dated(f"running {display.age(started, now)}", started, "started")
+            progress = Progress.from_stored(job.progress)
+            so_far = f" · {progress}" if progress else ""
+            return display.dated(f"running {display.age(started, now)}{so_far}", started, "started")
         if job.finished_at is not None:
             return display.ago(job.finished_at, "finished")
         return display.ago(job.enqueued_at, "enqueued")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections, transaction
 from django.db.models import Field, JSONField, Model, QuerySet
 from django.db.models.sql import UpdateQuery
@@ -26,10 +27,13 @@ def update_returning(
     ``returning`` (after the change), in no particular order."""
     connection = connections[queryset.db]
     columns = ", ".join(connection.ops.quote_name(column(queryset.model, n)) for n in returning)
+    try:
+        sql, params = update_sql(queryset, values)
+    except EmptyResultSet:  # it selects nothing (say, ids among an empty list)
+        return []
     if not dialect(queryset.db).update_returning:
         rows = _lock_update_read(name, queryset, values, columns)
     else:
-        sql, params = update_sql(queryset, values)
         with connection.cursor() as cursor:
             cursor.execute(named(name, f"{sql} RETURNING {columns}"), params)
             rows = cursor.fetchall()

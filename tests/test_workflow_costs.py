@@ -1,0 +1,94 @@
+"""What a workflow costs the database: statements follow the work, not the fan-out."""
+
+from __future__ import annotations
+
+import django
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_outbox import workflows
+from django_outbox.jobs.claim import claim
+from django_outbox.jobs.complete import Outcome, complete
+from django_outbox.models import Job, JobStatus, WorkflowStep
+from tests import tasks
+
+pytestmark = pytest.mark.django_db
+
+ERROR = {"exception_class_path": "builtins.ValueError", "traceback": "ValueError: boom"}
+
+
+def _splits_inserts() -> bool:
+    """Django 5.2 takes SQLite's parameter limit as 999 (6.0 asks SQLite: 32,766), so its
+    bulk_create() writes a job row INSERT for each 34 rows there."""
+    return connection.vendor == "sqlite" and django.VERSION < (6, 0)
+
+
+def _dag(members: int) -> workflows.Workflow:
+    """``members`` steps side by side, each with a child of its own, and a callback that
+    waits for every member."""
+    wf = workflows.Workflow()
+    handles = [wf.add(workflows.step(tasks.double, n)) for n in range(members)]
+    for handle in handles:
+        wf.add(workflows.step(tasks.double), after=[handle])
+    wf.add(workflows.step(tasks.total), after=handles)
+    return wf
+
+
+def _enqueue_statements(members: int) -> list[str]:
+    """The statements of the enqueue, savepoints aside, by their first word and table."""
+    with CaptureQueriesContext(connection) as queries:
+        _dag(members).enqueue()
+    said = [" ".join(q["sql"].split()[:3]).replace("`", '"') for q in queries]
+    return [s for s in said if "SAVEPOINT" not in s.upper()]
+
+
+def test_enqueueing_a_workflow_takes_the_same_statements_for_5_steps_or_600():
+    if _splits_inserts():
+        pytest.skip("Django 5.2 splits SQLite inserts at 999 parameters (see _splits_inserts)")
+    small, large = _enqueue_statements(2), _enqueue_statements(300)
+    assert small == large
+    assert small == [
+        'INSERT INTO "django_outbox_workflow"',
+        'INSERT INTO "django_outbox_job"',
+        'INSERT INTO "django_outbox_workflow_step"',
+        'INSERT INTO "django_outbox_workflow_edge"',
+    ]
+
+
+def _claim_members(count: int) -> list:
+    claimed = claim("w1", ["default"], 2 * count + 1, 30)
+    assert len(claimed) == count  # the members only: the rest wait
+    return claimed
+
+
+@pytest.mark.parametrize("succeeded", [True, False], ids=["succeeded", "failed"])
+def test_a_completion_batch_releases_or_takes_down_in_the_same_statements_for_any_size(
+    succeeded,
+):
+    counts = []
+    for members in (3, 200):
+        _dag(members).enqueue()
+        claimed = _claim_members(members)
+        if succeeded:
+            outcomes = [Outcome(job, succeeded=True, return_value=1) for job in claimed]
+        else:
+            outcomes = [Outcome(job, succeeded=False, error=ERROR, final=True) for job in claimed]
+        with CaptureQueriesContext(connection) as queries:
+            assert complete("w1", outcomes) == members
+        counts.append(len(queries))
+        Job.objects.all().delete()
+    assert counts[0] == counts[1]
+
+
+def test_the_callbacks_count_is_taken_down_without_reading_its_siblings():
+    wf = _dag(50)
+    wf.enqueue()
+    callback = WorkflowStep.objects.order_by("-position").first()
+    claimed = _claim_members(50)
+    complete("w1", [Outcome(job, succeeded=True, return_value=1) for job in claimed[:49]])
+    callback.refresh_from_db()
+    assert callback.waiting_on == 1 and callback.job.status == JobStatus.WAITING
+    complete("w1", [Outcome(claimed[49], succeeded=True, return_value=1)])
+    callback.refresh_from_db()
+    assert callback.waiting_on == 0 and callback.job.status == JobStatus.QUEUED
