@@ -294,3 +294,11 @@ def reports_progress_then_waits(context: TaskContext, seconds: float) -> str:
     while time.monotonic() < deadline and not context.cancelled():  # type: ignore[attr-defined]
         time.sleep(0.02)
     return "stopped" if context.cancelled() else "done"  # type: ignore[attr-defined]
+
+
+@task(takes_context=True)
+def adds_to_its_batch(context: TaskContext, count: int) -> int:
+    from django_outbox import workflows
+
+    workflows.add_to_batch(context, *(workflows.step(double, n) for n in range(count)))
+    return count

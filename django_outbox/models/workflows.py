@@ -48,6 +48,11 @@ class Workflow(models.Model):
     result_positions = models.JSONField(default=list)
     #: The result is a list of those steps' results (a group), not the one step's result.
     result_is_list = models.BooleanField(default=False)
+    #: A batch (workflows.batch): jobs may be added to it while it runs.
+    is_batch = models.BooleanField(default=False)
+    #: A batch's callbacks (on_success, on_complete): the positions of the steps that wait
+    #: for every member, those added later included.
+    batch_callbacks = models.JSONField(default=list)
 
     class Meta:
         db_table = "django_outbox_workflow"

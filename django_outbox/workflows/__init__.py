@@ -7,10 +7,13 @@
     workflows.chord([s1, s2, s3], callback_step).enqueue()
     wf = workflows.Workflow(); a = wf.add(s1); b = wf.add(s2, after=[a]); run = wf.enqueue()
     run = workflows.get(run.id)   # .status, .result, .steps
+    b = workflows.batch(s1, s2, on_success=s3, on_complete=s4).enqueue()
+    workflows.add_to_batch(context, s5)                    # from one of the batch's jobs
 
 See docs/workflows.md.
 """
 
+from django_outbox.workflows.batches import Batch, BatchClosed, add_to_batch, batch
 from django_outbox.workflows.building import (
     Chain,
     Chord,
@@ -36,6 +39,8 @@ from django_outbox.workflows.runs import (
 
 __all__ = [
     "UPSTREAM_FAILED",
+    "Batch",
+    "BatchClosed",
     "Chain",
     "Chord",
     "Group",
@@ -46,6 +51,8 @@ __all__ = [
     "Workflow",
     "WorkflowDoesNotExist",
     "WorkflowNotRetryable",
+    "add_to_batch",
+    "batch",
     "cancel",
     "chain",
     "chord",

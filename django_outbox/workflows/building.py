@@ -116,7 +116,7 @@ class Chain(Composite):
     """Its elements one after another; each step gets the previous result first."""
 
     def __init__(self, elements: Sequence[Element]) -> None:
-        self.elements = _elements("chain", elements)
+        self.elements = checked_elements("chain", elements)
 
     def place(self, plan: Plan, after: list[int], passing: Receives) -> tuple[list[int], Receives]:
         for element in self.elements:
@@ -128,7 +128,7 @@ class Group(Composite):
     """Its members side by side; what follows gets their results as a list, in order."""
 
     def __init__(self, members: Sequence[Element]) -> None:
-        self.members = _elements("group", members)
+        self.members = checked_elements("group", members)
 
     def place(self, plan: Plan, after: list[int], passing: Receives) -> tuple[list[int], Receives]:
         exits: list[int] = []
@@ -150,7 +150,7 @@ class Chord(Composite):
             self.header = Group(list(header))
         else:
             raise TypeError(f"a chord's first argument is a list of steps, not {header!r}")
-        self.callback = _elements("chord", [callback])[0]
+        self.callback = checked_elements("chord", [callback])[0]
 
     def place(self, plan: Plan, after: list[int], passing: Receives) -> tuple[list[int], Receives]:
         exits, shape = self.header.place(plan, after, passing)
@@ -169,17 +169,23 @@ def chord(header: Sequence[Element] | Group, callback: Element) -> Chord:
     return Chord(header, callback)
 
 
-def _elements(kind: str, elements: Sequence[Any]) -> list[Element]:
-    elements = list(elements)
-    if not elements:
-        raise ValueError(f"a {kind} needs at least one step")
-    for element in elements:
+def checked_elements(kind: str, given: Sequence[Any]) -> list[Element]:
+    """``given`` as building blocks, or a clear error."""
+    found = list(given)
+    if not found:
+        raise ValueError(f"{_article(kind)} needs at least one step")
+    for element in found:
         if not isinstance(element, Step | Composite):
             raise TypeError(
-                f"a {kind} takes steps (workflows.step(task, ...)), chains, groups and "
-                f"chords, not {element!r}"
+                f"{_article(kind)} takes steps (workflows.step(task, ...)), chains, groups "
+                f"and chords, not {element!r}"
             )
-    return elements
+    return found
+
+
+def _article(kind: str) -> str:
+    """'a chain'; a name that has its own article or is a call stays as it is."""
+    return kind if kind.startswith("a ") or kind.endswith(")") else f"a {kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +212,7 @@ class Workflow:
     ) -> Handle:
         """Add ``element`` (a step, or a chain, group or chord), waiting for ``after``;
         ``always``: it runs even if those failed (a step only)."""
-        _elements("workflow", [element])
+        checked_elements("workflow", [element])
         if always:
             if not isinstance(element, Step):
                 raise TypeError("always=True is for a step; mark the steps inside with .always()")

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -167,9 +167,11 @@ def _run(workflow: Workflow, states: tuple[StepState, ...]) -> Run:
     )
 
 
-def _step_jobs(using: str, pk: int) -> Any:
-    return Job.objects.using(using).filter(
-        id__in=WorkflowStep.objects.using(using).filter(workflow_id=pk).values("job_id")
+def _step_job_ids(using: str, pk: int) -> list[int]:
+    """The jobs of the workflow ``pk``'s steps. Read first, then changed by primary key: an
+    UPDATE whose rows come from a subquery scans the whole job table on MariaDB."""
+    return list(
+        WorkflowStep.objects.using(using).filter(workflow_id=pk).values_list("job_id", flat=True)
     )
 
 
@@ -186,13 +188,15 @@ def cancel(workflow_id: int | Run) -> str:
             raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
         if workflow.finished_at is not None or workflow.status == WorkflowStatus.CANCELLED:
             return str(workflow.status)
-        jobs = _step_jobs(using, pk)
-        cancelled = jobs.filter(status__in=[JobStatus.WAITING, JobStatus.QUEUED]).update(
-            status=JobStatus.CANCELLED, finished_at=now
-        )
-        jobs.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
-            cancel_requested_at=now
-        )
+        cancelled = 0
+        for ids in steps.chunks(_step_job_ids(using, pk)):
+            jobs = Job.objects.using(using).filter(id__in=ids)
+            cancelled += jobs.filter(status__in=[JobStatus.WAITING, JobStatus.QUEUED]).update(
+                status=JobStatus.CANCELLED, finished_at=now
+            )
+            jobs.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
+                cancel_requested_at=now
+            )
         Workflow.objects.using(using).filter(pk=pk).update(status=WorkflowStatus.CANCELLED)
         if cancelled:
             steps.count_down(using, Counter({pk: cancelled}), set(), now)
@@ -216,7 +220,9 @@ def retry(workflow_id: int | Run) -> int:
                 + (" and still has steps to run" if workflow.finished_at is None else "")
                 + ": only a finished workflow that failed or was cancelled can be retried."
             )
-        statuses = dict(_step_jobs(using, pk).values_list("id", "status"))
+        statuses: dict[int, str] = {}
+        for ids in steps.chunks(_step_job_ids(using, pk)):
+            statuses.update(Job.objects.using(using).filter(id__in=ids).values_list("id", "status"))
         children: dict[int, list[int]] = defaultdict(list)
         parents: dict[int, list[int]] = defaultdict(list)
         for parent, child in (
@@ -236,9 +242,10 @@ def retry(workflow_id: int | Run) -> int:
                     below.append(child)
         if not again:
             raise WorkflowNotRetryable(f"Workflow {pk} has no step that did not succeed.")
-        waiting_on = {job: sum(1 for p in parents[job] if p in again) for job in again}
-        first = [job for job, n in waiting_on.items() if n == 0]
-        later = [job for job, n in waiting_on.items() if n > 0]
+        # Each step to run again waits for its parents that run again too.
+        by_count: dict[int, list[int]] = defaultdict(list)
+        for job in again:
+            by_count[sum(1 for p in parents[job] if p in again)].append(job)
         fresh = {
             "finished_at": None,
             "cancel_requested_at": None,
@@ -246,21 +253,21 @@ def retry(workflow_id: int | Run) -> int:
             "progress": None,
             "max_attempts": Greatest(F("max_attempts"), F("attempts") + 1),
         }
-        queued = update_returning(
-            "workflow-retry",
-            Job.objects.using(using).filter(id__in=first),
-            {"status": JobStatus.QUEUED, "run_at": now, **fresh},
-            ["queue", "run_at"],
-        )
-        Job.objects.using(using).filter(id__in=later).update(status=JobStatus.WAITING, **fresh)
-        if later:
-            WorkflowStep.objects.using(using).filter(job_id__in=later).update(
-                waiting_on=Case(
-                    *(When(job_id=job, then=Value(waiting_on[job])) for job in later),
-                    output_field=IntegerField(),
+        queued = []
+        for count, jobs in by_count.items():
+            for ids in steps.chunks(jobs):
+                WorkflowStep.objects.using(using).filter(job_id__in=ids).update(waiting_on=count)
+                if count:
+                    Job.objects.using(using).filter(id__in=ids).update(
+                        status=JobStatus.WAITING, **fresh
+                    )
+                    continue
+                queued += update_returning(
+                    "workflow-retry",
+                    Job.objects.using(using).filter(id__in=ids),
+                    {"status": JobStatus.QUEUED, "run_at": now, **fresh},
+                    ["queue", "run_at"],
                 )
-            )
-        WorkflowStep.objects.using(using).filter(job_id__in=first).update(waiting_on=0)
         Workflow.objects.using(using).filter(pk=pk).update(
             status=WorkflowStatus.RUNNING, finished_at=None, steps_left=len(again)
         )

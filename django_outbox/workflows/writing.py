@@ -15,7 +15,13 @@ from django_outbox.workflows.building import Plan
 from django_outbox.workflows.runs import Run, run_of
 
 
-def write(plan: Plan, result_positions: list[int], result_is_list: bool, name: str) -> Run:
+def write(
+    plan: Plan,
+    result_positions: list[int],
+    result_is_list: bool,
+    name: str,
+    batch_callbacks: list[int] | None = None,
+) -> Run:
     """Write ``plan`` in the database of its tasks' TASKS alias, in the current transaction."""
     aliases = {node.step.task.backend for node in plan.nodes}
     databases = {database_of(alias) for alias in aliases}
@@ -25,10 +31,16 @@ def write(plan: Plan, result_positions: list[int], result_is_list: bool, name: s
             f"TASKS aliases {', '.join(sorted(aliases))}, which keep them in different ones."
         )
     with jobs_of(plan.nodes[0].step.task.backend):
-        return _write(plan, result_positions, result_is_list, name)
+        return _write(plan, result_positions, result_is_list, name, batch_callbacks)
 
 
-def _write(plan: Plan, result_positions: list[int], result_is_list: bool, name: str) -> Run:
+def _write(
+    plan: Plan,
+    result_positions: list[int],
+    result_is_list: bool,
+    name: str,
+    batch_callbacks: list[int] | None,
+) -> Run:
     using = router.db_for_write(Job)
     now = timezone.now()
     total = len(plan.nodes)
@@ -40,6 +52,8 @@ def _write(plan: Plan, result_positions: list[int], result_is_list: bool, name: 
             steps_left=total,
             result_positions=result_positions,
             result_is_list=result_is_list,
+            is_batch=batch_callbacks is not None,
+            batch_callbacks=batch_callbacks or [],
         )
         calls = []
         for node in plan.nodes:

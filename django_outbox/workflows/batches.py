@@ -1,0 +1,166 @@
+"""Batches (Sidekiq's): a set of jobs with callbacks that run once, when every job has
+succeeded (``on_success``) or has finished whatever its outcome (``on_complete``); jobs may
+be added while the batch runs, from its own jobs or from anywhere.
+
+A batch is a workflow whose callbacks wait for every member. Adding a member counts each
+callback up before it can be released: the callbacks' step rows are updated first, which
+waits for a completion that is releasing them and takes their row locks in the order a
+completion takes them; then, if ``on_complete`` was released meanwhile, the batch has
+finished and the add is refused, leaving nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from django_outbox.compat import TaskContext
+from django_outbox.exceptions import OutboxError
+from django_outbox.jobs.enqueue import build_job, insert_steps
+from django_outbox.lib.resultids import parse_result_id
+from django_outbox.models import (
+    Job,
+    JobStatus,
+    Receives,
+    Workflow,
+    WorkflowEdge,
+    WorkflowStep,
+)
+from django_outbox.workflows.building import Plan, Step, checked_elements
+from django_outbox.workflows.runs import Run, WorkflowDoesNotExist
+
+
+class BatchClosed(OutboxError):
+    """The batch has finished (its ``on_complete`` has been released): nothing can join."""
+
+
+class Batch:
+    """Jobs side by side, with callbacks; see ``workflows.batch()``."""
+
+    def __init__(
+        self, members: Sequence[Step], on_success: Step | None, on_complete: Step | None
+    ) -> None:
+        self.members = _steps("a batch", members)
+        for name, callback in (("on_success", on_success), ("on_complete", on_complete)):
+            if callback is not None and not isinstance(callback, Step):
+                raise TypeError(
+                    f"{name} takes a step (workflows.step(task, ...)), not {callback!r}"
+                )
+        self.on_success = on_success
+        self.on_complete = on_complete
+
+    def enqueue(self, name: str = "") -> Run:
+        """Write the batch in the current transaction; its run's id names it to
+        ``add_to_batch()``. Its result is ``on_complete``'s, else ``on_success``'s, else the
+        list of its first members' results."""
+        from django_outbox.workflows.writing import write
+
+        plan = Plan()
+        members = [plan.add(step, [], Receives.NOTHING) for step in self.members]
+        callbacks = []
+        if self.on_success is not None:
+            callbacks.append(plan.add(self.on_success, members, Receives.NOTHING))
+        if self.on_complete is not None:
+            callbacks.append(plan.add(self.on_complete.always(), members, Receives.NOTHING))
+        result = callbacks[-1:] or members
+        return write(plan, result, not callbacks, name, batch_callbacks=callbacks)
+
+
+def batch(*members: Step, on_success: Step | None = None, on_complete: Step | None = None) -> Batch:
+    """A batch of ``members`` with optional callbacks: ``on_success`` runs once every job
+    has succeeded (never, if one failed); ``on_complete`` once every job has finished.
+    Callbacks read the jobs' results in ``context.upstream_results``."""
+    return Batch(members, on_success, on_complete)
+
+
+def add_to_batch(batch_id: int | Run | TaskContext, *members: Step) -> list[Any]:
+    """Add ``members`` to a running batch, in the current transaction; returns their
+    results (``TaskResult``). ``batch_id``: the batch's id or run, or the context of one of
+    its jobs (``takes_context=True``), which adds to that job's own batch.
+
+    Raises BatchClosed once the batch has finished, WorkflowDoesNotExist for an unknown
+    id, and ValueError for a workflow that is not a batch."""
+    steps = _steps("add_to_batch()", members)
+    using = router.db_for_write(Job)
+    pk = _batch_id(batch_id, using)
+    with transaction.atomic(using=using):
+        workflow = Workflow.objects.using(using).filter(pk=pk).first()
+        if workflow is None:
+            raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+        if not workflow.is_batch:
+            raise ValueError(f"Workflow {pk} is not a batch: only a batch takes new jobs.")
+        callbacks = list(
+            WorkflowStep.objects.using(using)
+            .filter(workflow_id=pk, position__in=workflow.batch_callbacks)
+            .values_list("job_id", "always")
+        )
+        callback_ids = [job for job, _ in callbacks]
+        # Count the callbacks up first: this waits for a completion releasing them.
+        WorkflowStep.objects.using(using).filter(job_id__in=callback_ids).update(
+            waiting_on=F("waiting_on") + len(steps)
+        )
+        statuses = dict(
+            Job.objects.using(using)
+            .select_for_update()
+            .filter(id__in=callback_ids)
+            .values_list("id", "status")
+        )
+        locked = Workflow.objects.using(using).select_for_update().get(pk=pk)
+        closed = locked.finished_at is not None or any(
+            always and statuses.get(job) != JobStatus.WAITING for job, always in callbacks
+        )
+        if closed:
+            raise BatchClosed(f"Batch {pk} has finished: no job can join it now.")
+        now = timezone.now()
+        calls = []
+        for step in steps:
+            job = build_job(step.task, step.args, step.kwargs, now)
+            job.workflow_id = pk
+            calls.append((step.task, job))
+        results = insert_steps(calls)
+        first = locked.steps_total
+        WorkflowStep.objects.using(using).bulk_create(
+            [
+                WorkflowStep(job_id=job.pk, workflow_id=pk, position=first + i, waiting_on=0)
+                for i, (_, job) in enumerate(calls)
+            ]
+        )
+        waiting = [job for job in callback_ids if statuses.get(job) == JobStatus.WAITING]
+        WorkflowEdge.objects.using(using).bulk_create(
+            [
+                WorkflowEdge(workflow_id=pk, parent_id=job.pk, child_id=callback, position=0)
+                for _, job in calls
+                for callback in waiting
+            ]
+        )
+        Workflow.objects.using(using).filter(pk=pk).update(
+            steps_total=F("steps_total") + len(steps), steps_left=F("steps_left") + len(steps)
+        )
+    return results
+
+
+def _batch_id(given: int | Run | TaskContext, using: str) -> int:
+    if isinstance(given, Run):
+        return given.id
+    if isinstance(given, TaskContext):
+        job_id, _token = parse_result_id(given.task_result.id)
+        found = Job.objects.using(using).filter(pk=job_id).values_list("workflow_id", flat=True)
+        workflow = found.first()
+        if workflow is None:
+            raise ValueError(f"Job {job_id} is not a job of a batch.")
+        return int(workflow)
+    if isinstance(given, bool) or not isinstance(given, int):
+        raise TypeError(f"add_to_batch() takes a batch's id, run or job context, not {given!r}")
+    return given
+
+
+def _steps(where: str, members: Sequence[Any]) -> list[Step]:
+    found = checked_elements(where, members)
+    for member in found:
+        if not isinstance(member, Step):
+            raise TypeError(f"{where} takes steps (workflows.step(task, ...)), not {member!r}")
+    return [m for m in found if isinstance(m, Step)]

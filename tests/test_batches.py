@@ -1,0 +1,143 @@
+"""Batches: callbacks that run once when every job has succeeded or finished, and jobs
+added while the batch runs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import close_old_connections, transaction
+
+from django_outbox import workflows
+from django_outbox.models import Job, JobStatus, Workflow
+from tests import tasks
+from tests.conftest import wait_until
+from tests.models import Once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_calls_on_success_and_on_complete_once_with_every_result(run_worker):
+    run = workflows.batch(
+        *(workflows.step(tasks.double, n) for n in range(4)),
+        on_success=workflows.step(tasks.upstream_seen, "success"),
+        on_complete=workflows.step(tasks.upstream_seen, "complete"),
+    ).enqueue("import")
+    run_worker(concurrency=3)
+    done = workflows.get(run.id)
+    assert done.status == "succeeded"
+    assert [s.result for s in done.steps[4:]] == [
+        {"label": "success", "upstream": [0, 2, 4, 6]},
+        {"label": "complete", "upstream": [0, 2, 4, 6]},
+    ]
+    assert done.result == {"label": "complete", "upstream": [0, 2, 4, 6]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_job_skips_on_success_and_on_complete_still_runs(run_worker):
+    run = workflows.batch(
+        workflows.step(tasks.double, 1),
+        workflows.step(tasks.fails_for_good, "bad row"),
+        on_success=workflows.step(tasks.upstream_seen, "success"),
+        on_complete=workflows.step(tasks.upstream_seen, "complete"),
+    ).enqueue()
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.status == "failed" and done.finished
+    assert [s.status for s in done.steps] == [
+        "succeeded",
+        "failed",
+        "upstream_failed",
+        "succeeded",
+    ]
+    assert done.steps[3].result == {"label": "complete", "upstream": [2, None]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_adds_jobs_to_its_own_batch_and_the_callbacks_wait_for_them(run_worker):
+    run = workflows.batch(
+        workflows.step(tasks.adds_to_its_batch, 3),
+        on_complete=workflows.step(tasks.upstream_seen, "complete"),
+    ).enqueue()
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.status == "succeeded" and len(done.steps) == 2 + 3
+    # The callback waited for the jobs added while it waited, and read their results.
+    assert done.steps[1].result == {"label": "complete", "upstream": [3, 0, 2, 4]}
+    assert [s.result for s in done.steps[2:]] == [0, 2, 4]
+    callback = Job.objects.get(pk=done.steps[1].job_id)
+    added = Job.objects.filter(pk__in=[s.job_id for s in done.steps[2:]])
+    assert all(job.finished_at <= callback.started_at for job in added)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_batch_takes_no_more_jobs_and_keeps_nothing_of_the_try(run_worker):
+    run = workflows.batch(
+        workflows.step(tasks.noop), on_complete=workflows.step(tasks.noop)
+    ).enqueue()
+    run_worker()
+    jobs_before = Job.objects.count()
+    with pytest.raises(workflows.BatchClosed, match="has finished"):
+        workflows.add_to_batch(run.id, workflows.step(tasks.noop))
+    assert Job.objects.count() == jobs_before
+    assert Workflow.objects.get(pk=run.id).steps_total == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_adding_to_what_is_not_a_running_batch_is_a_clear_error():
+    chain = workflows.chain(workflows.step(tasks.noop)).enqueue()
+    with pytest.raises(ValueError, match="is not a batch"):
+        workflows.add_to_batch(chain.id, workflows.step(tasks.noop))
+    with pytest.raises(workflows.WorkflowDoesNotExist):
+        workflows.add_to_batch(999_999, workflows.step(tasks.noop))
+    with pytest.raises(ValueError, match="needs at least one step"):
+        workflows.add_to_batch(chain.id)
+    with pytest.raises(TypeError, match="takes a batch's id"):
+        workflows.add_to_batch("7", workflows.step(tasks.noop))
+    with pytest.raises(TypeError, match="takes steps"):
+        workflows.batch(workflows.chain(workflows.step(tasks.noop)))
+    with pytest.raises(TypeError, match="on_complete takes a step"):
+        workflows.batch(workflows.step(tasks.noop), on_complete=tasks.noop)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_added_from_outside_as_workers_finish_the_batch_are_waited_for_or_refused(
+    start_worker,
+):
+    run = workflows.batch(
+        *(workflows.step(tasks.noop) for _ in range(300)),
+        on_complete=workflows.step(tasks.record_once, "batch done").immutable(),
+    ).enqueue()
+    added: list[int] = []
+    refused = threading.Event()
+
+    def keep_adding() -> None:
+        try:
+            while not refused.is_set():
+                try:
+                    with transaction.atomic():
+                        (result,) = workflows.add_to_batch(run.id, workflows.step(tasks.noop))
+                    added.append(Job.objects.for_result(result.id).get().pk)
+                except workflows.BatchClosed:
+                    refused.set()
+        finally:
+            close_old_connections()
+
+    adder = threading.Thread(target=keep_adding)
+    workers = [start_worker("--concurrency", "4") for _ in range(2)]
+    adder.start()
+    done = wait_until(
+        lambda: (r := workflows.get(run.id)).finished and r, timeout=120, what="the batch"
+    )
+    refused.wait(30)
+    adder.join(30)
+    assert refused.is_set() and added  # it took jobs while open, and refused once finished
+    callback = Job.objects.get(pk=done.steps[300].job_id)
+    assert (callback.status, callback.attempts) == (JobStatus.SUCCEEDED, 1)
+    assert Once.objects.filter(key="batch done").count() == 1
+    members = Job.objects.filter(workflow_id=run.id).exclude(pk=callback.pk)
+    assert members.count() == 300 + len(added)
+    # Every job that joined finished before the callback started: none came too late.
+    assert all(job.status == JobStatus.SUCCEEDED for job in members)
+    assert max(job.finished_at for job in members) <= callback.started_at
+    for worker in workers:
+        worker.stop()
