@@ -9,6 +9,8 @@ import pytest
 from django.db import close_old_connections, transaction
 
 from django_outbox import workflows
+from django_outbox.jobs.claim import claim
+from django_outbox.jobs.complete import Outcome, complete
 from django_outbox.models import Job, JobStatus, Workflow
 from tests import tasks
 from tests.conftest import wait_until
@@ -141,3 +143,21 @@ def test_jobs_added_from_outside_as_workers_finish_the_batch_are_waited_for_or_r
     assert max(job.finished_at for job in members) <= callback.started_at
     for worker in workers:
         worker.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_once_on_success_is_released_no_job_can_join():
+    run = workflows.batch(
+        workflows.step(tasks.double, 1), on_success=workflows.step(tasks.noop)
+    ).enqueue()
+    # The member succeeds; on_success is queued, not yet run.
+    (claimed,) = claim("w1", ["default"], 1, 30)
+    assert claimed.id == run.steps[0].job_id
+    complete("w1", [Outcome(claimed, succeeded=True, return_value=2)])
+    assert workflows.get(run.id).steps[1].status == "queued"
+    with pytest.raises(workflows.BatchClosed):
+        workflows.add_to_batch(run.id, workflows.step(tasks.noop))
+    cancelled = workflows.batch(workflows.step(tasks.noop)).enqueue()
+    workflows.cancel(cancelled.id)
+    with pytest.raises(workflows.BatchClosed):
+        workflows.add_to_batch(cancelled.id, workflows.step(tasks.noop))

@@ -28,6 +28,7 @@ from django_outbox.models import (
     Receives,
     Workflow,
     WorkflowEdge,
+    WorkflowStatus,
     WorkflowStep,
 )
 from django_outbox.workflows.building import Plan, Step, checked_elements
@@ -110,9 +111,13 @@ def add_to_batch(batch_id: int | Run | TaskContext, *members: Step) -> list[Any]
             .values_list("id", "status")
         )
         locked = Workflow.objects.using(using).select_for_update().get(pk=pk)
-        closed = locked.finished_at is not None or any(
-            always and statuses.get(job) != JobStatus.WAITING for job, always in callbacks
+        # A callback released (neither waiting nor taken down) has seen the batch end.
+        released = any(
+            statuses.get(job) not in (JobStatus.WAITING, JobStatus.CANCELLED)
+            for job, _always in callbacks
         )
+        over = locked.finished_at is not None or locked.status == WorkflowStatus.CANCELLED
+        closed = released or over
         if closed:
             raise BatchClosed(f"Batch {pk} has finished: no job can join it now.")
         now = timezone.now()
