@@ -17,8 +17,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from django_outbox import webhooks
+from django_outbox import webhooks, workflows
 from django_outbox.models import Attempt, Delivery, Job, JobStatus, ScheduleState, Worker
+from tests import tasks
 
 CHROMIUM = os.environ.get("OUTBOX_CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("OUTBOX_REQUIRE_SERVICES") == "1"
@@ -202,6 +203,9 @@ def laptop_rows() -> None:
             stopped_at=now if n else None,
         )
     ScheduleState.objects.create(name="nightly-invoice-reminders", last_tick=now)
+    workflows.chain(workflows.step(tasks.add, 1, 2), workflows.step(tasks.double)).enqueue(
+        "monthly invoices for every customer of the European shops, with reminders"
+    )
     endpoint = webhooks.create_endpoint(
         "https://hooks.customer-with-a-long-name.example.com/integrations/outbox/orders/incoming",
         tenant="customer-with-a-long-name-gmbh",
@@ -272,7 +276,16 @@ def test_every_list_fits_a_laptop_screen(page, live_server, settings, screenshot
     }
     laptop_rows()
     log_in(page, live_server, "/admin/django_outbox/job/")
-    lists = ["job", "worker", "schedulestate", "endpoint", "message", "delivery", "attempt"]
+    lists = [
+        "job",
+        "worker",
+        "schedulestate",
+        "endpoint",
+        "message",
+        "delivery",
+        "attempt",
+        "workflow",
+    ]
     for model in lists:
         page.goto(f"{live_server.url}/admin/django_outbox/{model}/")
         seen = page.evaluate(MEASURE_LIST)
@@ -385,3 +398,29 @@ def test_a_delivery_resent_shows_each_attempt_once_by_round(page, live_server, s
     page.screenshot(path=str(screenshots / "delivery.png"), full_page=True)
     page.click("text=round 2, attempt 1")
     assert "Round 2, attempt 1 of delivery" in page.inner_text("#content")
+
+
+def test_a_workflows_page_shows_its_steps_and_retries_it(
+    page, live_server, screenshots, run_worker
+):
+    wf = workflows.Workflow(name="nightly report")
+    fetch = wf.add(workflows.step(tasks.add, 2, 3))
+    parse = wf.add(workflows.step(tasks.fails_for_good, "the export is empty"), after=[fetch])
+    publish = wf.add(workflows.step(tasks.double, 4), after=[parse])
+    wf.add(workflows.step(tasks.upstream_seen, "clean-up"), after=[publish], always=True)
+    run = wf.enqueue()
+    run_worker()
+    log_in(page, live_server, f"/admin/django_outbox/workflow/{run.id}/change/")
+    table = page.locator("table.outbox-steps")
+    assert table.locator("tbody tr").count() == 4
+    text = table.inner_text()
+    assert "upstream failed" in text and "the export is empty" in text
+    assert_no_horizontal_scroll(page, "a workflow's page")
+    page.screenshot(path=str(screenshots / "workflow.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/admin/django_outbox/workflow/")
+    page.check(f'input[name="_selected_action"][value="{run.id}"]')
+    page.select_option('select[name="action"]', "retry_workflows")
+    page.click('button[name="index"]')
+    assert "Steps to run again: 3." in page.inner_text(".messagelist")
+    assert workflows.get(run.id).status == "running"

@@ -180,14 +180,11 @@ class JobAdmin(ReadOnlyAdmin):
                 return display.dated(f"in {display.duration(job.run_at - now)}", job.run_at, "due")
             return display.dated(f"waiting {display.age(job.run_at, now)}", job.run_at, "due")
         if job.status == JobStatus.WAITING:
-            age = display.age(job.enqueued_at, now)
-            return display.dated(
-                f"waiting {age} for its upstream steps", job.enqueued_at, "enqueued"
-            )
+            return display.dated("after its upstream", job.enqueued_at, "enqueued")
         if job.status == JobStatus.RUNNING:
             started = job.last_attempted_at or job.started_at
             progress = Progress.from_stored(job.progress)
-            so_far = f" · {progress}" if progress else ""
+            so_far = f" · {progress.amount}" if progress else ""
             return display.dated(f"running {display.age(started, now)}{so_far}", started, "started")
         if job.finished_at is not None:
             return display.ago(job.finished_at, "finished")

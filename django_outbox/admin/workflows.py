@@ -36,9 +36,14 @@ class WorkflowAdmin(ReadOnlyAdmin):
         "steps_table",
     ]
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """A workflow goes whole, with its steps' jobs, by retention (outbox_prune): deleting
+        its row alone would leave its waiting steps waiting for ever."""
+        return False
+
     @admin.display(description="name", ordering="name")
     def shown_name(self, workflow: Workflow) -> SafeString | str:
-        return display.cut(workflow.name or display.NOTHING, 30)
+        return display.cut(workflow.name or display.NOTHING, 16)
 
     @admin.display(description="status", ordering="status")
     def coloured_status(self, workflow: Workflow) -> SafeString:
@@ -61,7 +66,9 @@ class WorkflowAdmin(ReadOnlyAdmin):
         return display.ago(workflow.finished_at, "finished")
 
     @admin.display(description="result")
-    def shown_result(self, workflow: Workflow) -> SafeString:
+    def shown_result(self, workflow: Workflow) -> SafeString | str:
+        if workflow.status != WorkflowStatus.SUCCEEDED:
+            return display.NOTHING
         return display.pretty_json(workflows.get(workflow.pk).result)
 
     @admin.display(description="steps")

@@ -30,11 +30,14 @@ class Progress:
             return None
         return min(1.0, max(0.0, self.done / self.total))
 
+    @property
+    def amount(self) -> str:
+        """'3 of 10', or '3' without a total."""
+        total = f" of {_number(self.total)}" if self.total is not None else ""
+        return f"{_number(self.done)}{total}"
+
     def __str__(self) -> str:
-        amount = f"{_number(self.done)}" + (
-            f" of {_number(self.total)}" if self.total is not None else ""
-        )
-        return f"{amount} ({self.note})" if self.note else amount
+        return f"{self.amount} ({self.note})" if self.note else self.amount
 
     @classmethod
     def from_stored(cls, value: Any) -> Progress | None:
