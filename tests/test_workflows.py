@@ -118,7 +118,6 @@ def test_building_a_workflow_touches_no_database():
         (lambda: workflows.chain(), "at least one step"),
         (lambda: workflows.group(workflows.step(tasks.noop), 3), "not 3"),
         (lambda: workflows.chord("ab", workflows.step(tasks.noop)), "list of steps"),
-        (lambda: workflows.step(tasks.rebuild_index), "unique key"),
         (lambda: workflows.Workflow().enqueue(), "no steps"),
         (
             lambda: workflows.Workflow().add(
@@ -311,3 +310,33 @@ def test_retention_prunes_a_finished_workflow_whole_and_never_a_running_ones_ste
     assert not Job.objects.for_result(lone.id).exists()
     # The live workflow's finished first step stays: its waiting step will read it.
     assert workflows.get(live_run.id).steps[0].result == 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_steps_unique_key_is_held_from_its_enqueue_and_a_held_key_refuses_the_workflow(
+    run_worker,
+):
+    run = workflows.chain(
+        workflows.step(tasks.noop), workflows.step(tasks.rebuild_index).immutable()
+    ).enqueue()
+    waiting = run.steps[1]
+    assert waiting.status == "waiting"
+    # The waiting step holds the key: a plain enqueue finds it, as it finds a queued holder.
+    assert tasks.rebuild_index.enqueue().id == waiting.result_id
+    with transaction.atomic():
+        tasks.add.enqueue(1, 1)  # the caller's own work in the same transaction
+        with pytest.raises(workflows.UniqueKeyHeld) as caught:
+            workflows.group(
+                workflows.step(tasks.noop), workflows.step(tasks.rebuild_index)
+            ).enqueue()
+        assert f"by job #{waiting.job_id} (waiting)" in str(caught.value)
+    assert Workflow.objects.count() == 1  # nothing of the refused one, and the add kept
+    assert Job.objects.filter(task_path="tests.tasks.add").count() == 1
+    with pytest.raises(ValueError, match="Two steps have the unique key"):
+        workflows.group(
+            workflows.step(tasks.rebuild_index), workflows.step(tasks.rebuild_index)
+        ).enqueue()
+    run_worker()
+    assert workflows.get(run.id).status == "succeeded"
+    # Finished, it frees its key.
+    assert workflows.chain(workflows.step(tasks.rebuild_index)).enqueue().status == "running"

@@ -41,7 +41,9 @@ _TASK_STATUS = {
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
 }
 
-ACTIVE_STATUSES = [JobStatus.QUEUED, JobStatus.RUNNING]
+#: A unique key is held while its job can still run: waiting (a workflow step), queued or
+#: running.
+ACTIVE_STATUSES = [JobStatus.WAITING, JobStatus.QUEUED, JobStatus.RUNNING]
 
 #: The order jobs are claimed in; the claim index follows it.
 CLAIM_ORDER = ("-priority", "run_at", "id")

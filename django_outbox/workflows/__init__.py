@@ -26,6 +26,7 @@ from django_outbox.workflows.building import (
     group,
     step,
 )
+from django_outbox.workflows.writing import UniqueKeyHeld
 from django_outbox.workflows.runs import (
     UPSTREAM_FAILED,
     Run,
@@ -48,6 +49,7 @@ __all__ = [
     "Run",
     "Step",
     "StepState",
+    "UniqueKeyHeld",
     "Workflow",
     "WorkflowDoesNotExist",
     "WorkflowNotRetryable",

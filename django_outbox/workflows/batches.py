@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import router, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -33,6 +33,7 @@ from django_outbox.models import (
 )
 from django_outbox.workflows.building import Plan, Step, checked_elements
 from django_outbox.workflows.runs import Run, WorkflowDoesNotExist
+from django_outbox.workflows.writing import key_held, unique_keys
 
 
 class BatchClosed(OutboxError):
@@ -86,8 +87,18 @@ def add_to_batch(batch_id: int | Run | TaskContext, *members: Step) -> list[Any]
     Raises BatchClosed once the batch has finished, WorkflowDoesNotExist for an unknown
     id, and ValueError for a workflow that is not a batch."""
     steps = _steps("add_to_batch()", members)
+    keys = unique_keys(steps)
     using = router.db_for_write(Job)
     pk = _batch_id(batch_id, using)
+    try:
+        return _add(pk, steps, keys, using)
+    except IntegrityError:
+        if not any(keys):
+            raise
+        raise key_held(keys, f"Nothing was added to batch {pk}") from None
+
+
+def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list[Any]:
     with transaction.atomic(using=using):
         workflow = Workflow.objects.using(using).filter(pk=pk).first()
         if workflow is None:
@@ -122,9 +133,9 @@ def add_to_batch(batch_id: int | Run | TaskContext, *members: Step) -> list[Any]
             raise BatchClosed(f"Batch {pk} has finished: no job can join it now.")
         now = timezone.now()
         calls = []
-        for step in steps:
+        for step, key in zip(steps, keys, strict=True):
             job = build_job(step.task, step.args, step.kwargs, now)
-            job.workflow_id = pk
+            job.workflow_id, job.dedup_key = pk, key
             calls.append((step.task, job))
         results = insert_steps(calls)
         first = locked.steps_total

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django_outbox.compat import Task
 from django_outbox.jobs.enqueue import json_arguments
 from django_outbox.models import Receives
-from django_outbox.task import OutboxTask
 
 if TYPE_CHECKING:
     from django_outbox.workflows.runs import Run
@@ -86,11 +85,6 @@ def step(task: Task, *args: Any, **kwargs: Any) -> Step:
     if not isinstance(task, Task):
         raise TypeError(
             f"workflows.step() takes a task (a function decorated with @task), not {task!r}"
-        )
-    if isinstance(task, OutboxTask) and task.unique_key is not None:
-        raise ValueError(
-            f"Task {task.module_path!r} has a unique key, which workflow steps do not "
-            "support yet: enqueue it on its own, or use a task without one."
         )
     json_arguments(task, args, kwargs)
     return Step(task, args, dict(kwargs))

@@ -5,13 +5,16 @@ path, jobs/enqueue.py), their step rows and their edges; one INSERT per table fo
 
 from __future__ import annotations
 
-from django.db import router, transaction
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from django_outbox.db.routing import database_of, jobs_of
+from django_outbox.exceptions import OutboxError
 from django_outbox.jobs.enqueue import CHUNK_SIZE, build_job, insert_steps
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
-from django_outbox.workflows.building import Plan
+from django_outbox.models.jobs import ACTIVE_STATUSES
+from django_outbox.task import OutboxTask
+from django_outbox.workflows.building import Plan, Step
 from django_outbox.workflows.runs import Run, run_of
 
 
@@ -30,8 +33,49 @@ def write(
             f"A workflow's steps must keep their jobs in one database; these tasks use the "
             f"TASKS aliases {', '.join(sorted(aliases))}, which keep them in different ones."
         )
+    keys = unique_keys([node.step for node in plan.nodes])
     with jobs_of(plan.nodes[0].step.task.backend):
-        return _write(plan, result_positions, result_is_list, name, batch_callbacks)
+        try:
+            return _write(plan, result_positions, result_is_list, name, batch_callbacks, keys)
+        except IntegrityError:
+            if not any(keys):
+                raise
+            raise key_held(keys, "The workflow was not enqueued") from None
+
+
+class UniqueKeyHeld(OutboxError):
+    """A step's unique key is held by another job that can still run (waiting, queued or
+    running): the workflow is not enqueued."""
+
+
+def key_held(keys: list[str | None], what: str) -> UniqueKeyHeld:
+    """The error for steps whose unique keys met an active job's: it names the holders."""
+    held_by = Job.objects.filter(dedup_key__in=[k for k in keys if k], status__in=ACTIVE_STATUSES)
+    holders = ", ".join(
+        f"{key!r} by job #{pk} ({status})"
+        for key, pk, status in held_by.values_list("dedup_key", "pk", "status")
+    )
+    return UniqueKeyHeld(
+        f"{what}: a step's unique key is held by a job that can still run"
+        + (f" ({holders})" if holders else "")
+        + ". Nothing of it was written."
+    )
+
+
+def unique_keys(steps: list[Step]) -> list[str | None]:
+    """Each step's unique key (None for a task without one); two steps with the same key
+    are an error."""
+    keys: list[str | None] = []
+    for step in steps:
+        task = step.task
+        key = task.unique_key_for(step.args, step.kwargs) if isinstance(task, OutboxTask) else None
+        if key is not None and key in keys:
+            raise ValueError(
+                f"Two steps have the unique key {key!r} "
+                f"(steps {keys.index(key)} and {len(keys)}): only one job may hold it."
+            )
+        keys.append(key)
+    return keys
 
 
 def _write(
@@ -40,6 +84,7 @@ def _write(
     result_is_list: bool,
     name: str,
     batch_callbacks: list[int] | None,
+    keys: list[str | None],
 ) -> Run:
     using = router.db_for_write(Job)
     now = timezone.now()
@@ -56,9 +101,10 @@ def _write(
             batch_callbacks=batch_callbacks or [],
         )
         calls = []
-        for node in plan.nodes:
+        for position, node in enumerate(plan.nodes):
             job = build_job(node.step.task, node.step.args, node.step.kwargs, now)
             job.workflow_id = workflow.pk
+            job.dedup_key = keys[position]
             if node.parents:
                 job.status = JobStatus.WAITING
             calls.append((node.step.task, job))
