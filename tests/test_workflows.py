@@ -340,3 +340,16 @@ def test_a_steps_unique_key_is_held_from_its_enqueue_and_a_held_key_refuses_the_
     assert workflows.get(run.id).status == "succeeded"
     # Finished, it frees its key.
     assert workflows.chain(workflows.step(tasks.rebuild_index)).enqueue().status == "running"
+
+
+@pytest.mark.django_db
+def test_run_jobs_follow_runs_a_whole_workflow_inside_the_tests_transaction():
+    from django_outbox.testing import run_jobs
+
+    run = workflows.chord(
+        [workflows.step(tasks.double, 1), workflows.step(tasks.double, 2)],
+        workflows.step(tasks.total),
+    ).enqueue()
+    results = run_jobs(follow=True)
+    assert [r.return_value for r in results] == [2, 4, 6]
+    assert workflows.get(run.id).result == 6
