@@ -353,3 +353,47 @@ def test_run_jobs_follow_runs_a_whole_workflow_inside_the_tests_transaction():
     results = run_jobs(follow=True)
     assert [r.return_value for r in results] == [2, 4, 6]
     assert workflows.get(run.id).result == 6
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "note", "message"),
+    [
+        (-1, 10, "", "0 or more"),
+        ("3", 10, "", "must be a number"),
+        (True, None, "", "must be a number"),
+        (1, float("nan"), "", "finite"),
+        (1, 2, 3, "note must be a string"),
+    ],
+)
+def test_a_bad_progress_report_is_a_clear_error(done, total, note, message):
+    from django_outbox.jobs.progress import checked
+
+    with pytest.raises(ValueError, match=message):
+        checked(done, total, note)
+
+
+def test_a_long_progress_note_is_cut():
+    from django_outbox.jobs.progress import NOTE_MAX, checked
+
+    report = checked(1, 2, "x" * 500)
+    assert len(report.note) == NOTE_MAX and report.note.endswith("…")
+    assert checked(2.5).amount == "2.5" and checked(3, 4).fraction == 0.75
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_shows_a_running_jobs_progress(admin_client, start_worker):
+    from tests.conftest import wait_until
+
+    result = tasks.reports_progress_then_waits.enqueue(30)
+    worker = start_worker("--concurrency", "1")
+    wait_until(lambda: Job.objects.for_result(result.id).get().progress, what="a report")
+    pk = Job.objects.for_result(result.id).get().pk
+    listing = admin_client.get("/admin/django_outbox/job/").content.decode()
+    assert "· 3 of 10" in listing
+    page = admin_client.get(f"/admin/django_outbox/job/{pk}/change/").content.decode()
+    assert "3 of 10 (three of ten)" in page
+    from django_outbox import cancel
+
+    cancel(result)
+    wait_until(lambda: Job.objects.get(pk=pk).status != JobStatus.RUNNING, what="it to stop")
+    worker.stop()
