@@ -26,7 +26,6 @@ from django_outbox.workflows.building import (
     group,
     step,
 )
-from django_outbox.workflows.writing import UniqueKeyHeld
 from django_outbox.workflows.runs import (
     UPSTREAM_FAILED,
     Run,
@@ -37,6 +36,7 @@ from django_outbox.workflows.runs import (
     get,
     retry,
 )
+from django_outbox.workflows.writing import UniqueKeyHeld
 
 __all__ = [
     "UPSTREAM_FAILED",
