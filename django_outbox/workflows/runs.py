@@ -175,17 +175,28 @@ def _step_job_ids(using: str, pk: int) -> list[int]:
     )
 
 
+def _found(workflow_id: int | Run, using: str, lock: bool = False) -> Workflow:
+    """The workflow ``workflow_id`` (locked with ``lock``), or WorkflowDoesNotExist."""
+    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
+    rows = Workflow.objects.using(using)
+    workflow = (rows.select_for_update() if lock else rows).filter(pk=pk).first()
+    if workflow is None:
+        raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+    return workflow
+
+
 def cancel(workflow_id: int | Run) -> str:
     """Cancel a workflow: its steps that have not started never run (clean-up steps
     included), its running ones are asked to stop (``context.cancelled()``). Returns the
-    workflow's status: "cancelled", or how it had already ended."""
-    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
+    workflow's status: "cancelled", or how it had already ended.
+
+    Its rows are changed in the order a completion changes them (jobs, then the workflow),
+    so that a cancel and a completion at once never wait on each other in a circle."""
     using = router.db_for_write(Job)
     now = timezone.now()
     with transaction.atomic(using=using):
-        workflow = Workflow.objects.using(using).select_for_update().filter(pk=pk).first()
-        if workflow is None:
-            raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+        workflow = _found(workflow_id, using)
+        pk = workflow.pk
         if workflow.finished_at is not None or workflow.status == WorkflowStatus.CANCELLED:
             return str(workflow.status)
         cancelled = 0
@@ -207,13 +218,12 @@ def retry(workflow_id: int | Run) -> int:
     """Run a failed or cancelled workflow's unsuccessful steps again, and every step below
     them; the steps that succeeded (and are not below one that did not) keep their results.
     Returns how many steps will run again."""
-    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
     using = router.db_for_write(Job)
     now = timezone.now()
     with transaction.atomic(using=using):
-        workflow = Workflow.objects.using(using).select_for_update().filter(pk=pk).first()
-        if workflow is None:
-            raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+        # No step of a finished workflow runs: no completion takes its rows meanwhile.
+        workflow = _found(workflow_id, using, lock=True)
+        pk = workflow.pk
         if workflow.finished_at is None or workflow.status == WorkflowStatus.SUCCEEDED:
             raise WorkflowNotRetryable(
                 f"Workflow {pk} is {workflow.status}"
