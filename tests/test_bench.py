@@ -6,7 +6,7 @@ import re
 import pytest
 from django.core.management import call_command
 
-from django_outbox.models import Job
+from django_outbox.models import Job, Workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -896,3 +896,22 @@ def test_webhooks_rounds_interleave_and_forked_workers_still_deliver(capsys, tmp
             "outbox_bench", "webhooks", "--forked", "--worker-dir", str(ROOT), "--parts",
             "throughput",
         )  # fmt: skip
+
+
+def test_workflows_drains_a_chord_and_a_chain_beside_plain_jobs_through_runworker(capsys, tmp_path):
+    call_command(
+        "outbox_bench", "workflows", "--jobs", "60", "--chain", "5", "--rounds", "1",
+        "--processes", "1", "--concurrency", "2", "--json", str(tmp_path / "flows.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    shapes = {f["shape"]: f for f in _bench_json(tmp_path / "flows.json")["shapes"]}
+    assert (shapes["plain"]["jobs"], shapes["chord"]["jobs"], shapes["chain"]["jobs"]) == (
+        60,
+        61,
+        5,
+    )
+    assert all(f["drain_per_s"] > 0 for f in shapes.values())
+    # The chord's callback started after its last member finished.
+    assert shapes["chord"]["callback_wait_ms"] >= 0
+    assert shapes["chain"]["ms_per_step"] > 0 and "of plain" in out
+    assert not Job.objects.exists() and not Workflow.objects.exists()

@@ -196,6 +196,17 @@ class Command(BaseCommand):
         storm.add_argument("--concurrency", type=positive_int, default=8)
         storm.add_argument("--queue", default="default")
 
+        flows = workloads.add_parser(
+            "workflows",
+            parents=[common],
+            help="A chord and a chain against the same jobs without a workflow, through runworker.",
+        )
+        flows.add_argument("--jobs", type=positive_int, default=10_000)
+        flows.add_argument("--chain", type=positive_int, default=200)
+        flows.add_argument("--rounds", type=positive_int, default=3)
+        flows.add_argument("--processes", type=positive_int, default=2)
+        flows.add_argument("--concurrency", type=positive_int, default=8)
+
         board = workloads.add_parser(
             "dashboard",
             parents=[common],
@@ -264,6 +275,8 @@ class Command(BaseCommand):
             return self.idle(options)
         if options["workload"] == "dashboard":
             return self.dashboard(options)
+        if options["workload"] == "workflows":
+            return self.workflows(options)
         if options["workload"] == "retry-storm":
             return self.retry_storm(options)
         if options["workload"] == "fanout":
@@ -528,6 +541,38 @@ class Command(BaseCommand):
             write(
                 f"  {spread.queues:>8,}{spread.statements_per_call:>18.1f}"
                 f"{number(spread.wal_bytes_per_call):>18}{number(spread.wal_bytes_per_job):>16}"
+            )
+
+    def workflows(self, options: dict[str, Any]) -> None:
+        from outbox_bench import workflows
+
+        write = self.stdout.write
+        write(
+            f"outbox_bench workflows, {connection.vendor}: {options['processes']} runworker "
+            f"processes x {options['concurrency']} threads, medians of {options['rounds']} "
+            "interleaved rounds"
+        )
+        found = workflows.run(
+            jobs=options["jobs"],
+            chain=options["chain"],
+            rounds=options["rounds"],
+            processes=options["processes"],
+            concurrency=options["concurrency"],
+        )
+        self.results["figures"]["shapes"] = [asdict(f) for f in found]
+        plain = found[0].drain_per_s
+        write(
+            f"  {'shape':<8}{'jobs':>8}{'enqueue s':>11}{'drain jobs/s':>14}{'of plain':>10}"
+            f"{'stmts/job':>11}{'callback wait':>15}{'ms/step':>9}"
+        )
+        for f in found:
+            wait = "-" if f.callback_wait_ms is None else f"{f.callback_wait_ms:.0f} ms"
+            per_job = "-" if f.statements_per_job is None else f"{f.statements_per_job:.2f}"
+            step = "-" if f.ms_per_step is None else f"{f.ms_per_step:.1f}"
+            ratio = "-" if f.shape == "chain" else f"{f.drain_per_s / plain:.0%}"
+            write(
+                f"  {f.shape:<8}{f.jobs:>8,}{f.enqueue_seconds:>11.2f}{f.drain_per_s:>14,.0f}"
+                f"{ratio:>10}{per_job:>11}{wait:>15}{step:>9}"
             )
 
     def retry_storm(self, options: dict[str, Any]) -> None:

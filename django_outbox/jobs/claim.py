@@ -61,6 +61,7 @@ RETURNED_FIELDS = (
     "started_at",
     "trace_context",
     "workflow_id",
+    "receives",
 )
 
 
@@ -91,6 +92,9 @@ class ClaimedJob:
     trace_context: dict[str, str] | None
     #: The workflow the job is a step of (django_outbox.workflows), if any.
     workflow_id: int | None
+    #: A step waiting for others: what it takes of their results (models.Receives); None
+    #: for any other job.
+    receives: int | None
     last_attempted_at: datetime
 
 

@@ -197,21 +197,14 @@ class Inputs:
         return args
 
 
-def inputs(job_id: int) -> Inputs:
-    """The results of the steps the step ``job_id`` waits for, and what it takes of them:
-    two queries, whatever their number (the parents are joined, not listed)."""
-    using = router.db_for_read(Job)
-    receives = (
-        WorkflowStep.objects.using(using)
-        .filter(job_id=job_id)
-        .values_list("receives", flat=True)
-        .first()
-    )
+def inputs(job_id: int, receives: int) -> Inputs:
+    """The results of the steps the step ``job_id`` waits for, and what it takes of them
+    (``receives``): one query, whatever their number (the parents are joined, not listed)."""
     parents = (
-        WorkflowEdge.objects.using(using)
+        WorkflowEdge.objects.using(router.db_for_read(Job))
         .filter(child_id=job_id)
         .order_by("position")
         .values_list("parent__status", "parent__return_value")
     )
     results = [value if status == JobStatus.SUCCEEDED else None for status, value in parents]
-    return Inputs(Receives(receives or 0), results)
+    return Inputs(Receives(receives), results)

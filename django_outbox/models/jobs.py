@@ -111,6 +111,10 @@ class Job(models.Model):
     trace_context = models.JSONField(null=True, blank=True)
     #: The workflow this job is a step of (django_outbox.workflows), if any.
     workflow_id = models.BigIntegerField(null=True, blank=True)
+    #: A step that waits for others: what it takes of their results as its first argument
+    #: (``Receives``: 0 nothing, 1 one result, 2 the list). NULL for every other job, whose
+    #: run then reads nothing of any other.
+    receives = models.SmallIntegerField(null=True, blank=True)
     #: What the task last reported through ``context.progress()``: done, total, note.
     progress = models.JSONField(null=True, blank=True)
 

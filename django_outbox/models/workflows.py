@@ -79,7 +79,6 @@ class WorkflowStep(models.Model):
     waiting_on = models.IntegerField(default=0)
     #: Runs once its parents have ended, whether they succeeded or not (clean-up steps).
     always = models.BooleanField(default=False)
-    receives = models.SmallIntegerField(choices=Receives.choices, default=Receives.NOTHING)
 
     class Meta:
         db_table = "django_outbox_workflow_step"

@@ -159,8 +159,10 @@ def _run(task: Task, job: ClaimedJob, flag: Any, result: Any) -> Outcome:
     try:
         args = job.args
         upstream: list[Any] = []
-        if job.workflow_id is not None:
-            given = steps.inputs(job.id)
+        # Only a step that waits for others, and takes their results as an argument or
+        # can read them in its context, reads them.
+        if job.receives is not None and (job.receives or task.takes_context):
+            given = steps.inputs(job.id, job.receives)
             args, upstream = given.arguments(job.args), given.results
         if task.takes_context:
             context = cancellation.OutboxTaskContext(

@@ -106,7 +106,7 @@ def _write(
             job.workflow_id = workflow.pk
             job.dedup_key = keys[position]
             if node.parents:
-                job.status = JobStatus.WAITING
+                job.status, job.receives = JobStatus.WAITING, node.receives
             calls.append((node.step.task, job))
         insert_steps(calls)
         ids = [job.pk for _, job in calls]
@@ -118,7 +118,6 @@ def _write(
                     position=position,
                     waiting_on=len(node.parents),
                     always=node.step.run_always,
-                    receives=node.receives,
                 )
                 for position, node in enumerate(plan.nodes)
             ],
