@@ -69,3 +69,8 @@ class EndpointDisabled(OutboxError):
 class Cancelled(OutboxError):
     """Raised by a task (or ``context.raise_if_cancelled()``) that stops because it was
     asked to: the job ends as cancelled, not retried."""
+
+
+class UpstreamFailed(OutboxError):
+    """Not run: a workflow step it waits for failed or was cancelled (the job's error
+    names this class; nothing raises it)."""

@@ -28,6 +28,7 @@ from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.db.models.functions import Greatest
 
 from django_outbox.db import named
+from django_outbox.exceptions import UpstreamFailed
 from django_outbox.jobs.returning import update_returning
 from django_outbox.models import (
     Job,
@@ -40,8 +41,8 @@ from django_outbox.models import (
 )
 from django_outbox.wake.notify import notify_on_commit
 
-#: The error a step that never ran because a step above it failed is left with.
-UPSTREAM_FAILED = "django_outbox.workflows.UpstreamFailed"
+#: The error class a step that never ran because a step above it failed is left with.
+UPSTREAM_FAILED = f"{UpstreamFailed.__module__}.{UpstreamFailed.__qualname__}"
 
 
 @dataclass(frozen=True, slots=True)
