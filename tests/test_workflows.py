@@ -397,3 +397,29 @@ def test_the_admin_shows_a_running_jobs_progress(admin_client, start_worker):
     cancel(result)
     wait_until(lambda: Job.objects.get(pk=pk).status != JobStatus.RUNNING, what="it to stop")
     worker.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_polling_worker_runs_a_released_step_at_once_not_at_its_next_poll(settings):
+    """A worker without wake-ups looks again as soon as it stores steps that ended: the
+    steps they queued do not wait for its next poll (30 s here)."""
+    import threading
+
+    from django_outbox.worker import Worker
+    from django_outbox.worker.process import start_in_thread
+    from tests.conftest import stop_pool, wait_until
+
+    settings.OUTBOX = settings.OUTBOX | {"WAKE": "poll", "POLL_INTERVAL": 30.0}
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 1), workflows.step(tasks.double), workflows.step(tasks.double)
+    ).enqueue()
+    worker = Worker(queues=["default"], concurrency=2)
+    thread: threading.Thread = start_in_thread(worker)  # its first look finds the first step
+    try:
+        assert worker.ready.wait(15)
+        done = wait_until(lambda: (r := workflows.get(run.id)).finished and r, timeout=20)
+        assert done.result == 8
+    finally:
+        worker.request_stop("test done")
+        thread.join(20)
+        stop_pool(worker.pool)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from django.db import Error as DatabaseErrors
+from django.utils import timezone
 
 from django_outbox import telemetry
 from django_outbox.exceptions import ResultNotStored
@@ -128,6 +129,11 @@ class Completer:
             freed = Counter(o.job.queue for o in batch if o.job.queue in self.limited_queues)
             if freed:
                 self.freed(freed)
+        if any(o.job.workflow_id is not None and o.ends_job for o in batch):
+            # Workflow steps ended: the steps they queued are due now. Look for them at
+            # once, not at the next poll (a wake-up reaches other workers; this one may be
+            # polling).
+            self.requeued(timezone.now(), False)
         for outcome in batch:
             self._record(outcome)
 
