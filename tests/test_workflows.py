@@ -220,6 +220,11 @@ def test_an_unknown_workflow_is_a_clear_error():
         workflows.get(12345)
     with pytest.raises(workflows.WorkflowDoesNotExist):
         workflows.cancel(12345)
+    for bad in ("12", None, True):
+        with pytest.raises(TypeError, match="named by its id"):
+            workflows.get(bad)
+    with pytest.raises(TypeError, match="named by its id"):
+        workflows.retry("x")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -87,11 +87,9 @@ class Run:
 def get(workflow_id: int | Run) -> Run:
     """The workflow ``workflow_id``: its status, its steps' statuses and results, and its
     result. Three queries, whatever its size."""
-    pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
     using = router.db_for_read(Job)
-    workflow = Workflow.objects.using(using).filter(pk=pk).first()
-    if workflow is None:
-        raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
+    workflow = _found(workflow_id, using)
+    pk = workflow.pk
     rows = (
         WorkflowStep.objects.using(using)
         .filter(workflow_id=pk)
@@ -178,6 +176,8 @@ def _step_job_ids(using: str, pk: int) -> list[int]:
 def _found(workflow_id: int | Run, using: str, lock: bool = False) -> Workflow:
     """The workflow ``workflow_id`` (locked with ``lock``), or WorkflowDoesNotExist."""
     pk = workflow_id.id if isinstance(workflow_id, Run) else workflow_id
+    if isinstance(pk, bool) or not isinstance(pk, int):
+        raise TypeError(f"A workflow is named by its id (an int) or its run, not {pk!r}.")
     rows = Workflow.objects.using(using)
     workflow = (rows.select_for_update() if lock else rows).filter(pk=pk).first()
     if workflow is None:
