@@ -111,15 +111,16 @@ def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list
             .values_list("job_id", "always")
         )
         callback_ids = [job for job, _ in callbacks]
-        # Count the callbacks up first: this waits for a completion releasing them.
+        # Count the callbacks up first. This waits for a completion that holds their rows
+        # (it releases them in the same transaction), and holds them from now on: no
+        # completion releases a callback until this commits. So their statuses, read next
+        # without a lock, are final, and no lock is taken in an order a completion could
+        # meet the other way round.
         WorkflowStep.objects.using(using).filter(job_id__in=callback_ids).update(
             waiting_on=F("waiting_on") + len(steps)
         )
         statuses = dict(
-            Job.objects.using(using)
-            .select_for_update()
-            .filter(id__in=callback_ids)
-            .values_list("id", "status")
+            Job.objects.using(using).filter(id__in=callback_ids).values_list("id", "status")
         )
         locked = Workflow.objects.using(using).select_for_update().get(pk=pk)
         # A callback released (neither waiting nor taken down) has seen the batch end.
