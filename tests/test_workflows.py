@@ -428,3 +428,14 @@ def test_a_polling_worker_runs_a_released_step_at_once_not_at_its_next_poll(sett
         worker.request_stop("test done")
         thread.join(20)
         stop_pool(worker.pool)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_keeps_its_tasks_options():
+    run = workflows.chain(
+        workflows.step(tasks.email.using(priority=7), "a@example.com"),
+        workflows.step(tasks.fails_for_good.using(queue_name="reports"), "x").immutable(),
+    ).enqueue()
+    first, second = (Job.objects.get(pk=s.job_id) for s in run.steps)
+    assert (first.queue, first.priority, first.max_attempts) == ("emails", 7, 3)
+    assert (second.queue, second.max_attempts, second.status) == ("reports", 1, "waiting")
