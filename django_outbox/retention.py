@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_outbox.conf import FINISHED_STATUSES, parse_age, parse_statuses
@@ -159,13 +159,22 @@ def _prune_workflows(
     pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
 ) -> None:
     """Workflows finished before ``cutoff`` with one of ``statuses``, a round of them at a
-    time: their steps' jobs, their edges and steps, then them."""
+    time: their rows first, chosen and deleted under a lock (a retry that reopens one waits,
+    or finds it gone), then their steps' jobs, their edges and steps."""
     sql = _Sql(Workflow)
+    alias = sql.connection.alias
     step = sql.table(WorkflowStep)
-    old = Workflow.objects.using(sql.connection.alias).filter(
-        status__in=statuses, finished_at__lt=cutoff
-    )
-    while ids := list(old.order_by("id").values_list("id", flat=True)[:WORKFLOW_CHUNK]):
+    old = Workflow.objects.using(alias).filter(status__in=statuses, finished_at__lt=cutoff)
+    while True:
+        with transaction.atomic(using=alias):
+            ids = list(
+                old.select_for_update().order_by("id").values_list("id", flat=True)[:WORKFLOW_CHUNK]
+            )
+            if not ids:
+                return
+            pruned.counts["workflows"] += (
+                Workflow.objects.using(alias).filter(id__in=ids)._raw_delete(alias)
+            )
         among = ", ".join(str(int(pk)) for pk in ids)
         of_them = f"id IN (SELECT job_id FROM {step} WHERE workflow_id IN ({among}))"
         while deleted := sql.delete_chunk(Job, of_them, []):
@@ -173,11 +182,9 @@ def _prune_workflows(
             report(pruned)
         while sql.delete_chunk(WorkflowEdge, f"workflow_id IN ({among})", []):
             pass
-        steps = WorkflowStep.objects.using(sql.connection.alias).filter(workflow_id__in=ids)
+        steps = WorkflowStep.objects.using(alias).filter(workflow_id__in=ids)
         while chunk := list(steps.values_list("job_id", flat=True)[:STEP_CHUNK]):
-            steps.filter(job_id__in=chunk)._raw_delete(sql.connection.alias)
-        gone = Workflow.objects.using(sql.connection.alias).filter(id__in=ids)
-        pruned.counts["workflows"] += gone._raw_delete(sql.connection.alias)
+            steps.filter(job_id__in=chunk)._raw_delete(alias)
         report(pruned)
 
 

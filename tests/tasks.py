@@ -302,3 +302,12 @@ def adds_to_its_batch(context: TaskContext, count: int) -> int:
 
     workflows.add_to_batch(context, *(workflows.step(double, n) for n in range(count)))
     return count
+
+
+@task(takes_context=True)
+def reports_inside_a_transaction(context: TaskContext) -> str:
+    from django.db import transaction
+
+    with transaction.atomic():
+        context.progress(1, 2, "inside")  # type: ignore[attr-defined]
+    return "done"

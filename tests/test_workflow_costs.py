@@ -92,3 +92,39 @@ def test_the_callbacks_count_is_taken_down_without_reading_its_siblings():
     complete("w1", [Outcome(claimed[49], succeeded=True, return_value=1)])
     callback.refresh_from_db()
     assert callback.waiting_on == 0 and callback.job.status == JobStatus.QUEUED
+
+
+def test_a_failure_at_the_head_of_a_chain_of_1200_steps_takes_down_every_one_below():
+    """Deeper than MariaDB's and MySQL's default limit on a recursive read (1,000)."""
+    from django_outbox import workflows
+
+    run = workflows.chain(
+        workflows.step(tasks.fails_for_good, "first"),
+        *(workflows.step(tasks.noop).immutable() for _ in range(1199)),
+    ).enqueue()
+    (head,) = claim("w1", ["default"], 5, 30)
+    complete("w1", [Outcome(head, succeeded=False, error=ERROR, final=True)])
+    done = workflows.get(run.id)
+    assert (done.status, done.finished) == ("failed", True)
+    assert {s.status for s in done.steps[1:]} == {"upstream_failed"}
+
+
+def test_a_step_whose_worker_died_on_its_last_attempt_takes_down_what_waits_for_it():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_outbox import workflows
+    from django_outbox.jobs.leases import rescue_expired
+
+    run = workflows.chain(
+        workflows.step(tasks.fails_for_good, "never reported"),
+        workflows.step(tasks.noop).immutable(),
+        workflows.step(tasks.noop).immutable().always(),
+    ).enqueue()
+    (head,) = claim("w1", ["default"], 5, 30)  # its only attempt; then the worker dies
+    Job.objects.filter(pk=head.id).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert rescue_expired().failed == 1
+    done = workflows.get(run.id)
+    assert [s.status for s in done.steps] == ["failed", "upstream_failed", "queued"]
+    assert done.status == "failed" and not done.finished  # the clean-up step is to run

@@ -439,3 +439,25 @@ def test_a_step_keeps_its_tasks_options():
     first, second = (Job.objects.get(pk=s.job_id) for s in run.steps)
     assert (first.queue, first.priority, first.max_attempts) == ("emails", 7, 3)
     assert (second.queue, second.max_attempts, second.status) == ("reports", 1, "waiting")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_that_would_take_a_held_unique_key_is_refused_and_changes_nothing(run_worker):
+    run = workflows.chain(
+        workflows.step(tasks.fails_for_good, "x"), workflows.step(tasks.rebuild_index).immutable()
+    ).enqueue()
+    run_worker()
+    assert workflows.get(run.id).status == "failed"
+    holder = tasks.rebuild_index.enqueue()  # the key is free again: another job takes it
+    with pytest.raises(workflows.WorkflowNotRetryable, match="unique key is held"):
+        workflows.retry(run.id)
+    assert [s.status for s in workflows.get(run.id).steps] == ["failed", "upstream_failed"]
+    assert Job.objects.for_result(holder.id).get().status == JobStatus.QUEUED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_inside_the_tasks_own_transaction_is_not_written(run_worker):
+    result = tasks.reports_inside_a_transaction.enqueue()
+    run_worker()
+    fetched = tasks.reports_inside_a_transaction.get_result(result.id)
+    assert fetched.return_value == "done" and fetched.progress is None

@@ -110,6 +110,11 @@ class Dialect(ABC):
         """``sql`` as text."""
         return f"CAST({sql} AS TEXT)"
 
+    def deep_recursion(self, sql: str) -> str:
+        """``sql``, a ``WITH RECURSIVE`` read, allowed to recurse as deep as its data goes
+        (a workflow's chain may be thousands of steps long)."""
+        return sql
+
     def claim_index(self, queue_count: int) -> str:
         """What follows the job table's name in the claim's SELECT: an index hint where the
         database needs one ("" elsewhere)."""

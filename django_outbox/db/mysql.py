@@ -98,6 +98,10 @@ class MariaDB(Dialect):
     def concat(self, *sql: str) -> str:
         return f"CONCAT({', '.join(sql)})"
 
+    def deep_recursion(self, sql: str) -> str:
+        # MariaDB stops a recursive CTE after 1,000 rounds by default (max_recursive_iterations).
+        return f"SET STATEMENT max_recursive_iterations = {RECURSION_MOST} FOR {sql}"
+
     def text(self, sql: str) -> str:
         return f"CAST({sql} AS CHAR)"
 
@@ -152,10 +156,20 @@ class MariaDB(Dialect):
         )
 
 
+#: The deepest a workflow's recursive read may go (MariaDB's and MySQL's default: 1,000).
+RECURSION_MOST = 4_294_967_295
+
+
 class MySQL(MariaDB):
     """MySQL: what MariaDB does, but for the ids of a multi-row insert."""
 
     insert_returning = False
+
+    def deep_recursion(self, sql: str) -> str:
+        # MySQL's own limit, cte_max_recursion_depth, set for the statement by a hint after
+        # its last SELECT (the one reading the recursive table).
+        head, _, tail = sql.rpartition(" SELECT ")
+        return f"{head} SELECT /*+ SET_VAR(cte_max_recursion_depth = {RECURSION_MOST}) */ {tail}"
 
     def inserted_ids(self, cursor: Any, count: int) -> list[int]:
         # InnoDB takes the ids of a multi-row INSERT … VALUES (a "simple insert": its

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import router
+from django.db import router, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from django_outbox.exceptions import WorkerLost
+from django_outbox.jobs import steps
 from django_outbox.jobs.expressions import JSONAppend, JSONRemoveLast
 from django_outbox.jobs.returning import update_returning, update_sql
 from django_outbox.models import Job, JobStatus, Worker
@@ -106,13 +107,26 @@ def rescue_expired() -> Rescued:
         "exception_class_path": f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
         "traceback": f"{WorkerLost.__qualname__}: {WorkerLost.__doc__}",
     }
+    using = router.db_for_write(Job)
+    rows = _take_back(using, now, lost)
+    ended = steps.steps_ended([r for r in rows if r["status"] != JobStatus.QUEUED], False)
+    if ended:
+        # Workflow steps that end here take down what waits for them. In a transaction
+        # of its own, after the take-back (which stays one statement for every rescue).
+        with transaction.atomic(using=using):
+            steps.settle(ended, now)
+    failed = sum(1 for row in rows if row["status"] != JobStatus.QUEUED)
+    return Rescued(requeued=len(rows) - failed, failed=failed)
+
+
+def _take_back(using: str, now: Any, lost: dict[str, str]) -> list[dict[str, Any]]:
     last_attempt = Q(attempts__gte=F("max_attempts"))
     # A job someone asked to stop is not run again: it ends cancelled.
     asked_to_stop = Q(cancel_requested_at__isnull=False)
     ends = last_attempt | asked_to_stop
-    rows = update_returning(
+    return update_returning(
         "rescue",
-        Job.objects.using(router.db_for_write(Job)).expired_leases(now),
+        Job.objects.using(using).expired_leases(now),
         {
             "status": Case(
                 When(asked_to_stop, then=Value(JobStatus.CANCELLED.value)),
@@ -125,10 +139,8 @@ def rescue_expired() -> Rescued:
             "worker_id": None,
             "errors": JSONAppend("errors", lost),
         },
-        ["status"],
+        ["id", "status", "workflow_id"],
     )
-    failed = sum(1 for row in rows if row["status"] != JobStatus.QUEUED)
-    return Rescued(requeued=len(rows) - failed, failed=failed)
 
 
 def release(worker_id: str, job_ids: list[int]) -> int:

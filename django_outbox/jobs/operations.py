@@ -82,21 +82,25 @@ def cancel(jobs: QuerySet[Job]) -> Cancelled:
     """Cancel the selected queued jobs (and waiting workflow steps), and ask the running
     ones to stop. A cancelled step takes down the steps below it, as a failed one does."""
     now = timezone.now()
-    total = jobs.count()
     using = router.db_for_write(Job)
-    selected = Job.objects.using(using).filter(pk__in=list(jobs.values_list("pk", flat=True)))
-    with transaction.atomic(using=using):
-        ended = update_returning(
-            "cancel",
-            selected.filter(status__in=[JobStatus.QUEUED, JobStatus.WAITING]),
-            {"status": JobStatus.CANCELLED, "finished_at": now},
-            ["id", "workflow_id"],
+    chosen = list(jobs.values_list("pk", flat=True))
+    cancelled = requested = 0
+    # By primary key, in chunks: the ids are listed in the statements.
+    for ids in steps.chunks(chosen):
+        selected = Job.objects.using(using).filter(pk__in=ids)
+        with transaction.atomic(using=using):
+            ended = update_returning(
+                "cancel",
+                selected.filter(status__in=[JobStatus.QUEUED, JobStatus.WAITING]),
+                {"status": JobStatus.CANCELLED, "finished_at": now},
+                ["id", "workflow_id"],
+            )
+            steps.settle(steps.steps_ended(ended, succeeded=False), now)
+        cancelled += len(ended)
+        requested += selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
+            cancel_requested_at=now
         )
-        steps.settle(steps.steps_ended(ended, succeeded=False), now)
-    requested = selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
-        cancel_requested_at=now
-    )
-    return Cancelled(len(ended), requested, total - len(ended) - requested)
+    return Cancelled(cancelled, requested, len(chosen) - cancelled - requested)
 
 
 def cancel_job(job: TaskResult | int | str) -> str:

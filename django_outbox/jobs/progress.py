@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import router
+from django.db import connections, router
 from django.utils import timezone
 
 from django_outbox.models import Job, JobStatus
@@ -67,12 +67,15 @@ def checked(done: Any, total: Any = None, note: Any = "") -> Progress:
 
 
 def record(job_id: int, progress: Progress) -> bool:
-    """Store ``progress`` on the job ``job_id`` while it runs; False if it no longer does."""
+    """Store ``progress`` on the job ``job_id`` while it runs; False if it no longer does,
+    or if the task is inside a transaction of its own: written there, the report would hold
+    the job's row (and the worker's heartbeat behind it) until that transaction ends."""
+    using = router.db_for_write(Job)
+    if connections[using].in_atomic_block:
+        return False
     stored = {"done": progress.done, "total": progress.total, "note": progress.note}
     stored["at"] = timezone.now().isoformat()
     changed = (
-        Job.objects.using(router.db_for_write(Job))
-        .filter(id=job_id, status=JobStatus.RUNNING)
-        .update(progress=stored)
+        Job.objects.using(using).filter(id=job_id, status=JobStatus.RUNNING).update(progress=stored)
     )
     return bool(changed)

@@ -27,7 +27,7 @@ from django.db import connections, router
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.db.models.functions import Greatest
 
-from django_outbox.db import named
+from django_outbox.db import dialect, named
 from django_outbox.exceptions import UpstreamFailed
 from django_outbox.jobs.returning import update_returning
 from django_outbox.models import (
@@ -77,19 +77,23 @@ def _take_down(using: str, bad: list[int], now: datetime) -> list[Ended]:
     quote = connection.ops.quote_name
     edge = quote(WorkflowEdge._meta.db_table)
     step = quote(WorkflowStep._meta.db_table)
-    placeholders = ", ".join(["%s"] * len(bad))
-    # Standard SQL all three databases speak (SQLite 3.8.3, MariaDB 10.2, MySQL 8).
-    sql = (
-        f"WITH RECURSIVE below(id) AS ("
-        f"SELECT e.child_id FROM {edge} e JOIN {step} s ON s.job_id = e.child_id "
-        f"WHERE e.parent_id IN ({placeholders}) AND s.always = %s "
-        f"UNION SELECT e.child_id FROM {edge} e JOIN below b ON e.parent_id = b.id "
-        f"JOIN {step} s ON s.job_id = e.child_id WHERE s.always = %s"
-        f") SELECT id FROM below"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(named("workflow-below", sql), [*bad, False, False])
-        below = [row[0] for row in cursor.fetchall()]
+    below: set[int] = set()
+    for some in chunks(bad):
+        placeholders = ", ".join(["%s"] * len(some))
+        # Standard SQL all three databases speak (SQLite 3.8.3, MariaDB 10.2, MySQL 8).
+        sql = (
+            f"WITH RECURSIVE below(id) AS ("
+            f"SELECT e.child_id FROM {edge} e JOIN {step} s ON s.job_id = e.child_id "
+            f"WHERE e.parent_id IN ({placeholders}) AND s.always = %s "
+            f"UNION SELECT e.child_id FROM {edge} e JOIN below b ON e.parent_id = b.id "
+            f"JOIN {step} s ON s.job_id = e.child_id WHERE s.always = %s"
+            f") SELECT id FROM below"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                named("workflow-below", dialect(using).deep_recursion(sql)), [*some, False, False]
+            )
+            below.update(row[0] for row in cursor.fetchall())
     if not below:
         return []
     error = {
@@ -98,7 +102,7 @@ def _take_down(using: str, bad: list[int], now: datetime) -> list[Ended]:
         "failed or was cancelled.\n",
     }
     not_run = []
-    for some in chunks(below):
+    for some in chunks(sorted(below)):
         rows = update_returning(
             "workflow-not-run",
             Job.objects.using(using).filter(id__in=some, status=JobStatus.WAITING),

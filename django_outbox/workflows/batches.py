@@ -146,12 +146,15 @@ def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list
                 for i, (_, job) in enumerate(calls)
             ]
         )
-        waiting = [job for job in callback_ids if statuses.get(job) == JobStatus.WAITING]
+        # An edge to every callback, a taken-down on_success too (a retry counts its parents
+        # by their edges), in the order the jobs joined.
         WorkflowEdge.objects.using(using).bulk_create(
             [
-                WorkflowEdge(workflow_id=pk, parent_id=job.pk, child_id=callback, position=0)
-                for _, job in calls
-                for callback in waiting
+                WorkflowEdge(
+                    workflow_id=pk, parent_id=job.pk, child_id=callback, position=first + i
+                )
+                for i, (_, job) in enumerate(calls)
+                for callback in callback_ids
             ]
         )
         Workflow.objects.using(using).filter(pk=pk).update(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import router, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -190,8 +190,9 @@ def cancel(workflow_id: int | Run) -> str:
     included), its running ones are asked to stop (``context.cancelled()``). Returns the
     workflow's status: "cancelled", or how it had already ended.
 
-    Its rows are changed in the order a completion changes them (jobs, then the workflow),
-    so that a cancel and a completion at once never wait on each other in a circle."""
+    Its rows are changed in the order a completion changes them (running jobs, the jobs
+    waiting for them, then the workflow), so that a cancel and a completion at once do not
+    wait on each other in a circle."""
     using = router.db_for_write(Job)
     now = timezone.now()
     with transaction.atomic(using=using):
@@ -202,22 +203,37 @@ def cancel(workflow_id: int | Run) -> str:
         cancelled = 0
         for ids in steps.chunks(_step_job_ids(using, pk)):
             jobs = Job.objects.using(using).filter(id__in=ids)
-            cancelled += jobs.filter(status__in=[JobStatus.WAITING, JobStatus.QUEUED]).update(
-                status=JobStatus.CANCELLED, finished_at=now
-            )
+            # Running steps first: a completion locks a parent before its children.
             jobs.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
                 cancel_requested_at=now
             )
-        Workflow.objects.using(using).filter(pk=pk).update(status=WorkflowStatus.CANCELLED)
+            cancelled += jobs.filter(status__in=[JobStatus.WAITING, JobStatus.QUEUED]).update(
+                status=JobStatus.CANCELLED, finished_at=now
+            )
+        # Not over a workflow whose last step has just finished it.
+        Workflow.objects.using(using).filter(pk=pk, finished_at=None).update(
+            status=WorkflowStatus.CANCELLED
+        )
         if cancelled:
             steps.count_down(using, Counter({pk: cancelled}), set(), now)
-    return str(WorkflowStatus.CANCELLED)
+        stored = Workflow.objects.using(using).filter(pk=pk).values_list("status", flat=True)
+    return str(stored.first())
 
 
 def retry(workflow_id: int | Run) -> int:
     """Run a failed or cancelled workflow's unsuccessful steps again, and every step below
     them; the steps that succeeded (and are not below one that did not) keep their results.
     Returns how many steps will run again."""
+    try:
+        return _retry(workflow_id)
+    except IntegrityError:
+        raise WorkflowNotRetryable(
+            f"Workflow {getattr(workflow_id, 'id', workflow_id)} was not retried: a step's "
+            "unique key is held by another job that can still run. Nothing was changed."
+        ) from None
+
+
+def _retry(workflow_id: int | Run) -> int:
     using = router.db_for_write(Job)
     now = timezone.now()
     with transaction.atomic(using=using):
