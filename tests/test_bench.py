@@ -55,8 +55,8 @@ def test_drain_with_peers_measures_the_raw_sql_ceiling_in_the_same_shape(capsys,
     claim = next(line for line in out.splitlines() if "raw-SQL ceiling's claim" in line)
     if connection.vendor == "postgresql":
         # 2 x 2 threads claim batches of 50: a claim and a completion per batch, and one
-        # empty claim per thread at the end.
-        assert 0.04 <= per_job <= (2 * 6 + 4) / 300
+        # empty claim per thread at the end; more batches when claims meet (as below).
+        assert 0.04 <= per_job <= 40 / 300
         assert "RETURNING id" in claim
         wal = next(line for line in out.splitlines() if "WAL: django_outbox / ceiling" in line)
         assert float(wal.split()[-1].rstrip("x")) > 0
