@@ -109,14 +109,14 @@ def rescue_expired() -> Rescued:
     }
     using = router.db_for_write(Job)
     rows = _take_back(using, now, lost)
-    ended = steps.steps_ended([r for r in rows if r["status"] != JobStatus.QUEUED], False)
-    if ended:
+    finished = [row for row in rows if row["status"] != JobStatus.QUEUED]
+    ended_steps = steps.steps_ended(finished, succeeded=False)
+    if ended_steps:
         # Workflow steps that end here take down what waits for them. In a transaction
         # of its own, after the take-back (which stays one statement for every rescue).
         with transaction.atomic(using=using):
-            steps.settle(ended, now)
-    failed = sum(1 for row in rows if row["status"] != JobStatus.QUEUED)
-    return Rescued(requeued=len(rows) - failed, failed=failed)
+            steps.settle(ended_steps, now)
+    return Rescued(requeued=len(rows) - len(finished), failed=len(finished))
 
 
 def _take_back(using: str, now: Any, lost: dict[str, str]) -> list[dict[str, Any]]:
