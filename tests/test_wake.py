@@ -32,7 +32,7 @@ from django_outbox.wake import notify, postgres
 from django_outbox.wake.base import Sender
 from django_outbox.wake.notify import Coalescer
 from django_outbox.wake.postgres import PostgresWaker, channel_for, listener_params, read_payload
-from django_outbox.wake.redis import key_for
+from django_outbox.wake.redis import SENDER_PAUSE_SECONDS, key_for
 from django_outbox.worker import Worker
 from django_outbox.worker.process import start_in_thread
 from tests import tasks
@@ -362,11 +362,15 @@ def test_enqueue_succeeds_with_redis_stopped_and_a_worker_wakes_after_it_restart
         started(worker, "redis")
         own_redis.stop()
         stopped = tasks.record_run.enqueue("while-redis-is-down")  # no error: a hint is lost
+        failed_send = time.monotonic()
         assert Job.objects.for_result(stopped.id).exists()  # stored; it runs when found
         wait_until(lambda: "Redis" in worker.log() and "polling" in worker.log(), what="fallback")
         own_redis.start()
         wait_until(lambda: "answers again" in worker.log(), timeout=20, what="Redis back")
         first_start(stopped)  # found at once after the reconnect
+        # A process whose send failed skips Redis for SENDER_PAUSE_SECONDS (its commits do
+        # not each wait on a Redis that is down); a commit after that wakes the worker.
+        time.sleep(max(0.0, failed_send + SENDER_PAUSE_SECONDS - time.monotonic()))
         assert_prompt_pickup("after-restart", worker)
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
