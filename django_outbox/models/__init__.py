@@ -1,5 +1,6 @@
 from django_outbox.models.jobs import Dashboard, Job, JobStatus, Worker
-from django_outbox.models.limits import RateBucket
+from django_outbox.models.limits import LimitKey, RateBucket
+from django_outbox.models.queues import QueueState
 from django_outbox.models.schedules import ScheduleState
 from django_outbox.models.webhooks import (
     Attempt,
@@ -26,7 +27,9 @@ __all__ = [
     "EndpointHour",
     "Job",
     "JobStatus",
+    "LimitKey",
     "Message",
+    "QueueState",
     "RateBucket",
     "Receives",
     "ScheduleState",

@@ -20,6 +20,9 @@ from django_outbox.lib.resultids import new_token, parse_result_id
 class JobStatus(models.TextChoices):
     #: A workflow step whose parents have not all ended: no claim reads it.
     WAITING = "waiting", "Waiting"
+    #: A job with a concurrency or sequence key whose key has no free turn: no claim reads
+    #: it until the key's turn comes (django_outbox/jobs/keys.py).
+    HELD = "held", "Held"
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
@@ -34,6 +37,7 @@ class JobStatus(models.TextChoices):
 
 _TASK_STATUS = {
     JobStatus.WAITING: TaskResultStatus.READY,
+    JobStatus.HELD: TaskResultStatus.READY,
     JobStatus.QUEUED: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
@@ -41,9 +45,12 @@ _TASK_STATUS = {
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
 }
 
-#: A unique key is held while its job can still run: waiting (a workflow step), queued or
-#: running.
-ACTIVE_STATUSES = [JobStatus.WAITING, JobStatus.QUEUED, JobStatus.RUNNING]
+#: A unique key is held while its job can still run: waiting (a workflow step), held (its
+#: key's turn has not come), queued or running.
+ACTIVE_STATUSES = [JobStatus.WAITING, JobStatus.HELD, JobStatus.QUEUED, JobStatus.RUNNING]
+
+#: The jobs that take one of their limit key's turns: queued (its turn has come) or running.
+TURN_STATUSES = [JobStatus.QUEUED, JobStatus.RUNNING]
 
 #: The order jobs are claimed in; the claim index follows it.
 CLAIM_ORDER = ("-priority", "run_at", "id")
@@ -117,6 +124,9 @@ class Job(models.Model):
     receives = models.SmallIntegerField(null=True, blank=True)
     #: What the task last reported through ``context.progress()``: done, total, note.
     progress = models.JSONField(null=True, blank=True)
+    #: The concurrency or sequence key this job takes its turn under (``LimitKey``):
+    #: "concurrency:<key>" or "sequence:<key>"; NULL for a job without one.
+    limit_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
 
     objects = JobQuerySet.as_manager()
 
@@ -144,6 +154,13 @@ class Job(models.Model):
                 fields=["finished_at"],
                 name="outbox_job_failed",
                 condition=Q(status=JobStatus.FAILED),
+            ),
+            # A limit key's turns: its queued and running jobs are counted, and its held
+            # ones queued in enqueue order.
+            models.Index(
+                fields=["limit_key", "status", "id"],
+                name="outbox_job_limit_key",
+                condition=Q(limit_key__isnull=False),
             ),
             # Heartbeats and rescue read the leases of running rows only.
             models.Index(

@@ -23,3 +23,27 @@ class RateBucket(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class LimitKey(models.Model):
+    """One row per concurrency or sequence key in use (``Job.limit_key``).
+
+    The row is the key's lock: whoever enqueues a job under the key, or ends one, writes
+    it first, so that of the two the second sees what the first did and no turn is lost
+    (django_outbox/jobs/keys.py). It keeps what the latest enqueue said of the key."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    #: How many of the key's jobs may be queued or running at once.
+    limit = models.PositiveIntegerField(default=1)
+    #: A sequence that a job failing for good holds until it is retried or skipped.
+    holds_on_failure = models.BooleanField(default=False)
+    #: The failed job holding the sequence (NULL: none is).
+    held_by = models.BigIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "django_outbox_limit_key"
+        verbose_name = "limit key"
+
+    def __str__(self) -> str:
+        return self.key
