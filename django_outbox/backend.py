@@ -25,7 +25,12 @@ from django_outbox.compat import (
     TaskResultDoesNotExist,
 )
 from django_outbox.lib import text
-from django_outbox.task import OutboxTask, unique_key_problem
+from django_outbox.task import (
+    SEQUENCE_ON_FAILURE,
+    OutboxTask,
+    limit_key_problem,
+    unique_key_problem,
+)
 
 #: The longest timeout or backoff a task may ask for: a year, in seconds.
 MAX_SECONDS = 366 * 24 * 3600.0
@@ -100,6 +105,7 @@ class OutboxBackend(BaseTaskBackend):
             problem = unique_key_problem(key)
             if problem:
                 raise InvalidTask(problem[0].upper() + problem[1:])
+        _validate_limit_keys(task)
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         from django_outbox.db.routing import jobs_of
@@ -148,3 +154,32 @@ class OutboxBackend(BaseTaskBackend):
     @property
     def settings(self) -> conf.OutboxSettings:
         return conf.get()
+
+
+def _validate_limit_keys(task: OutboxTask) -> None:
+    """A task's concurrency and sequence options, or InvalidTask saying what is wrong."""
+    if task.concurrency_key is not None and task.sequence_key is not None:
+        raise InvalidTask(
+            "A task takes a concurrency_key or a sequence_key, not both: a sequence already "
+            "runs one job of its key at a time."
+        )
+    for name in ("concurrency_key", "sequence_key"):
+        key = getattr(task, name)
+        if key is not None and not callable(key):
+            problem = limit_key_problem(key)
+            if problem:
+                raise InvalidTask(f"{name}: {problem}")
+    limit = task.concurrency_limit
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidTask(
+            f"concurrency_limit must be a whole number from 1 to {MAX_LIMIT:,}, not {limit!r}."
+        )
+    if task.sequence_on_failure not in SEQUENCE_ON_FAILURE:
+        raise InvalidTask(
+            f"sequence_on_failure must be one of {', '.join(map(repr, SEQUENCE_ON_FAILURE))}, "
+            f"not {task.sequence_on_failure!r}."
+        )
+
+
+#: The highest concurrency_limit (a key with more turns is hardly a limit).
+MAX_LIMIT = 10_000

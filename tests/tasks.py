@@ -311,3 +311,58 @@ def reports_inside_a_transaction(context: TaskContext) -> str:
     with transaction.atomic():
         context.progress(1, 2, "inside")  # type: ignore[attr-defined]
     return "done"
+
+
+def _record(context: TaskContext, key: str, seconds: float) -> None:
+    """Record this run (its start and end) as ``key``."""
+    execution = Execution.objects.create(
+        job_id=parse_result_id(context.task_result.id).pk,
+        attempt=context.attempt,
+        worker=context.task_result.worker_ids[-1],
+        key=key,
+        started=timezone.now(),
+    )
+    time.sleep(seconds)
+    execution.finished = timezone.now()
+    execution.save(update_fields=["finished"])
+
+
+def _customer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return f"customer-{args[0]}"
+
+
+@task(takes_context=True, concurrency_key=_customer, concurrency_limit=2, max_attempts=1)
+def per_customer(context: TaskContext, customer: int, n: int, seconds: float = 0.0) -> int:
+    """At most two runs per customer at once."""
+    _record(context, f"{customer}:{n}", seconds)
+    return n
+
+
+def _order(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return f"order-{args[0]}"
+
+
+@task(
+    takes_context=True,
+    sequence_key=_order,
+    max_attempts=3,
+    backoff_base=0.01,
+    backoff_cap=0.05,
+)
+def in_sequence(
+    context: TaskContext, order: int, n: int, failures: int = 0, seconds: float = 0.0
+) -> int:
+    """The steps of an order, one at a time, in order; the first ``failures`` runs fail."""
+    _record(context, f"{order}:{n}", seconds)
+    if context.attempt <= failures:
+        raise RuntimeError(f"step {n} of order {order} failed (attempt {context.attempt})")
+    return n
+
+
+@task(takes_context=True, sequence_key=_order, sequence_on_failure="continue", max_attempts=1)
+def in_sequence_going_on(context: TaskContext, order: int, n: int, fail: bool = False) -> int:
+    """A sequence that goes on past a job that failed for good."""
+    _record(context, f"{order}:{n}", 0.0)
+    if fail:
+        raise RuntimeError(f"step {n} of order {order} failed")
+    return n

@@ -62,6 +62,7 @@ RETURNED_FIELDS = (
     "trace_context",
     "workflow_id",
     "receives",
+    "limit_key",
 )
 
 
@@ -95,6 +96,8 @@ class ClaimedJob:
     #: A step waiting for others: what it takes of their results (models.Receives); None
     #: for any other job.
     receives: int | None
+    #: The job's concurrency or sequence key (jobs/keys.py), if any.
+    limit_key: str | None
     last_attempted_at: datetime
 
 

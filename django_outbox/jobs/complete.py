@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
-from django_outbox.jobs import backoff, sidewrites, steps
+from django_outbox.jobs import backoff, keys, sidewrites, steps
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.returning import column
 from django_outbox.models import Job, JobStatus
@@ -111,13 +111,23 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     """
     outcomes = list(outcomes)
     ending_steps = [o for o in outcomes if o.job.workflow_id is not None and o.ends_job]
-    if not ending_steps and not any(o.writes for o in outcomes):
+    ending_keyed = [o for o in outcomes if o.job.limit_key is not None and o.ends_job]
+    if not ending_steps and not ending_keyed and not any(o.writes for o in outcomes):
         return _complete(worker_id, outcomes)
-    with transaction.atomic(using=router.db_for_write(Job)):
+    using = router.db_for_write(Job)
+    with transaction.atomic(using=using):
         then = sidewrites.write(outcomes)
         stored = _complete(worker_id, outcomes)
         if ending_steps:
             _settle_steps(ending_steps, all_stored=stored == len(outcomes))
+        if ending_keyed:
+            # Counted from what is stored: a result dropped (its lease ran out) gives no turn.
+            keys.ended(
+                using,
+                [(o.job.id, o.job.limit_key) for o in ending_keyed],  # type: ignore[misc]
+                failed=[o.job.id for o in ending_keyed if o.status == JobStatus.FAILED],
+                now=timezone.now(),
+            )
     for after in then:
         try:
             after()

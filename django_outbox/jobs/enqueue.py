@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
 from django_outbox.db.inserts import insert_rows
 from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.jobs import keys
 from django_outbox.jobs.jsonvalues import stored_size
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import to_task_result
@@ -90,7 +92,7 @@ def build_job(
     now = now or timezone.now()
     normal_args, normal_kwargs = json_arguments(task, args, kwargs)
     options = task if isinstance(task, OutboxTask) else None
-    return Job(
+    job = Job(
         backend=task.backend,
         queue=task.queue_name,
         task_path=task.module_path,
@@ -104,19 +106,43 @@ def build_job(
         backoff_base=(options and options.backoff_base) or settings.BACKOFF_BASE,
         backoff_cap=(options and options.backoff_cap) or settings.BACKOFF_CAP,
     )
+    if options is not None:
+        job.limit_key = options.limit_key_for(args, kwargs)
+        if job.limit_key is not None:
+            job.status = JobStatus.HELD  # queued by keys.admit() when its key's turn comes
+    return job
 
 
 def enqueue(task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
     job = build_job(task, args, kwargs)
     key = task.unique_key_for(args, kwargs) if isinstance(task, OutboxTask) else None
     if key is None:
-        return insert_jobs(task, [job], alone=True)[0]
+        return insert_jobs(task, [job], alone=job.limit_key is None)[0]
+    using = router.db_for_write(Job)
     with telemetry.enqueue_span(job.task_path, job.queue) as trace_context:
         job.trace_context = trace_context
-        existing = _insert_unique(job, key)
+        with _under_keys(task, [job], using):
+            existing = _insert_unique(job, key)
         if existing is not None:
             return existing  # nothing enqueued, no signal
-    return _announce(task, [job], router.db_for_write(Job))[0]
+    return _announce(task, [job], using)[0]
+
+
+@contextmanager
+def _under_keys(task: Task, jobs: list[Job], using: str) -> Iterator[None]:
+    """Around the insert of ``jobs``: where some have a concurrency or sequence key, in a
+    transaction, lock the keys first and queue the held jobs whose turn has come after
+    (jobs/keys.py); else nothing."""
+    limit_keys = {job.limit_key for job in jobs if job.limit_key is not None}
+    if not limit_keys:
+        yield
+        return
+    assert isinstance(task, OutboxTask)
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        keys.enter(using, dict.fromkeys(limit_keys, keys.rule_of(task)), now)
+        yield
+        keys.admit(using, limit_keys, now)
 
 
 def insert_jobs(task: Task, jobs: list[Job], alone: bool = False) -> list[TaskResult]:
@@ -133,7 +159,7 @@ def insert_jobs(task: Task, jobs: list[Job], alone: bool = False) -> list[TaskRe
             (job,) = jobs
             job.save(using=using, force_insert=True)
         else:
-            with transaction.atomic(using=using):
+            with transaction.atomic(using=using), _under_keys(task, jobs, using):
                 _insert_many(jobs, using)
     return _announce(task, jobs, using)
 
@@ -181,7 +207,7 @@ def _insert_many(jobs: list[Job], using: str) -> None:
 def _announce(task: Task, jobs: list[Job], using: str) -> list[TaskResult]:
     """What follows every insert: the wake-up on commit, the metric, ``task_enqueued``."""
     notify_on_commit(
-        [(job.queue, job.run_at) for job in jobs if job.status != JobStatus.WAITING], using=using
+        [(job.queue, job.run_at) for job in jobs if job.status == JobStatus.QUEUED], using=using
     )
     telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
     results = [to_task_result(job, task) for job in jobs]

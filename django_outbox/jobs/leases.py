@@ -19,7 +19,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from django_outbox.exceptions import WorkerLost
-from django_outbox.jobs import steps
+from django_outbox.jobs import keys, steps
 from django_outbox.jobs.expressions import JSONAppend, JSONRemoveLast
 from django_outbox.jobs.returning import update_returning, update_sql
 from django_outbox.models import Job, JobStatus, Worker
@@ -116,6 +116,11 @@ def rescue_expired() -> Rescued:
         # of its own, after the take-back (which stays one statement for every rescue).
         with transaction.atomic(using=using):
             steps.settle(ended_steps, now)
+    keyed = [(row["id"], row["limit_key"]) for row in finished if row["limit_key"] is not None]
+    if keyed:
+        # Their keys' turns come free (a sequence may be held by its failed job).
+        failed = [row["id"] for row in finished if row["status"] == JobStatus.FAILED]
+        keys.ended(using, keyed, failed, now)
     return Rescued(requeued=len(rows) - len(finished), failed=len(finished))
 
 
@@ -139,7 +144,7 @@ def _take_back(using: str, now: Any, lost: dict[str, str]) -> list[dict[str, Any
             "worker_id": None,
             "errors": JSONAppend("errors", lost),
         },
-        ["id", "status", "workflow_id"],
+        ["id", "status", "workflow_id", "limit_key"],
     )
 
 

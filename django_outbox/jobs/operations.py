@@ -14,10 +14,10 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
-from django_outbox.jobs import steps
+from django_outbox.jobs import keys, steps
 from django_outbox.jobs.returning import update_returning
 from django_outbox.lib.resultids import parse_result_id
-from django_outbox.models import Job, JobStatus
+from django_outbox.models import Job, JobStatus, LimitKey
 from django_outbox.wake.notify import notify_on_commit
 
 #: Jobs that "retry now" can take: waiting ones run at once, finished unsuccessful ones
@@ -44,28 +44,53 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
     """
     now = timezone.now()
     using = router.db_for_write(Job)
-    selected = list(jobs.values_list("pk", "status", "queue", "workflow_id"))
+    selected = list(jobs.values_list("pk", "status", "queue", "workflow_id", "limit_key"))
     done = 0
-    for pk, status, queue, workflow_id in selected:
+    for pk, status, queue, workflow_id, limit_key in selected:
         if status not in RETRYABLE or workflow_id is not None:
             continue
+        # A finished job with a key takes its turn again: held until its key has one (a
+        # sequence it held goes on with it, its oldest job).
+        again = JobStatus.HELD if limit_key and status != JobStatus.QUEUED else JobStatus.QUEUED
         try:
             with transaction.atomic(using=using):
+                if limit_key:
+                    keys.lock(using, [limit_key])
                 done += (
                     Job.objects.using(using)
                     .filter(pk=pk, status__in=RETRYABLE)
                     .update(
-                        status=JobStatus.QUEUED,
+                        status=again,
                         run_at=now,
                         finished_at=None,
                         cancel_requested_at=None,  # a new run, without the old request
                         max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
                     )
                 )
-                notify_on_commit([(queue, now)], using)
+                if limit_key and again == JobStatus.HELD:
+                    keys.let_go(using, [pk], now)
+                    keys.admit(using, [limit_key], now)
+                else:
+                    notify_on_commit([(queue, now)], using)
         except IntegrityError:
             continue  # its dedup key is taken by an active job
     return Changed(done, len(selected) - done)
+
+
+def skip(jobs: QuerySet[Job]) -> Changed:
+    """Let the sequences that the selected failed jobs hold go on without them."""
+    now = timezone.now()
+    using = router.db_for_write(Job)
+    chosen = list(jobs.filter(status=JobStatus.FAILED).values_list("pk", flat=True))
+    held = {
+        pk
+        for pk in LimitKey.objects.using(using)
+        .filter(held_by__in=chosen)
+        .values_list("held_by", flat=True)
+        if pk is not None
+    }
+    keys.let_go(using, held, now)
+    return Changed(len(held), jobs.count() - len(held))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +104,9 @@ class Cancelled:
 
 
 def cancel(jobs: QuerySet[Job]) -> Cancelled:
-    """Cancel the selected queued jobs (and waiting workflow steps), and ask the running
-    ones to stop. A cancelled step takes down the steps below it, as a failed one does."""
+    """Cancel the selected queued jobs (and waiting workflow steps, and held jobs), and
+    ask the running ones to stop. A cancelled step takes down the steps below it, as a
+    failed one does; a cancelled job with a key gives its turn to the next."""
     now = timezone.now()
     using = router.db_for_write(Job)
     chosen = list(jobs.values_list("pk", flat=True))
@@ -88,14 +114,27 @@ def cancel(jobs: QuerySet[Job]) -> Cancelled:
     # By primary key, in chunks: the ids are listed in the statements.
     for ids in steps.chunks(chosen):
         selected = Job.objects.using(using).filter(pk__in=ids)
+        unstarted = selected.filter(
+            status__in=[JobStatus.QUEUED, JobStatus.WAITING, JobStatus.HELD]
+        )
         with transaction.atomic(using=using):
+            # Keys first, as every change to a key's jobs takes them (jobs/keys.py).
+            limit_keys = {
+                key
+                for key in unstarted.filter(limit_key__isnull=False).values_list(
+                    "limit_key", flat=True
+                )
+                if key is not None
+            }
+            keys.lock(using, limit_keys)
             ended = update_returning(
                 "cancel",
-                selected.filter(status__in=[JobStatus.QUEUED, JobStatus.WAITING]),
+                unstarted,
                 {"status": JobStatus.CANCELLED, "finished_at": now},
                 ["id", "workflow_id"],
             )
             steps.settle(steps.steps_ended(ended, succeeded=False), now)
+            keys.admit(using, limit_keys, now)
         cancelled += len(ended)
         requested += selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
             cancel_requested_at=now

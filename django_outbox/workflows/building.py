@@ -86,6 +86,11 @@ def step(task: Task, *args: Any, **kwargs: Any) -> Step:
         raise TypeError(
             f"workflows.step() takes a task (a function decorated with @task), not {task!r}"
         )
+    if getattr(task, "concurrency_key", None) or getattr(task, "sequence_key", None):
+        raise ValueError(
+            f"{task.module_path} has a concurrency_key or a sequence_key: a workflow's steps "
+            "cannot take them yet: enqueue the task on its own"
+        )
     json_arguments(task, args, kwargs)
     return Step(task, args, dict(kwargs))
 

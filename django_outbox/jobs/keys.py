@@ -1,0 +1,188 @@
+"""Concurrency and sequence keys: at most N jobs of a key queued or running at once.
+
+A job with a key is written ``held``, which no claim reads; ``admit()`` queues the held
+jobs of a key, oldest first, while the key has fewer than its limit queued or running
+("turns"). So the jobs waiting for a busy key never stand in a claim's way, whatever their
+number: a claim reads queued rows only, and other keys' jobs are queued. A key's turn
+comes free when one of its jobs ends (succeeds, fails for good, is cancelled); a retry
+keeps its turn, so a sequence keeps its order across retries.
+
+Every change that may give a key a turn runs ``admit()`` for it in the same transaction,
+after writing the key's row (``LimitKey``), which is the key's lock: an enqueue writes it
+before inserting its held jobs, an ending after storing its outcome. Of two such
+transactions the second waits for the first, then counts what the first committed, so no
+turn is lost and none is given twice. Keys are locked in sorted order.
+
+Statements per call, whatever the number of jobs and keys (up to 500 keys each): the
+lock, one count of the keys' turns, one read of the held jobs to queue (one branch per
+key, each reading no further than the jobs it takes), one UPDATE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connections, transaction
+from django.db.models import Count, Exists, F, OuterRef, Value
+from django.db.models.functions import Greatest
+
+from django_outbox.db import named
+from django_outbox.jobs.returning import update_returning
+from django_outbox.models import Job, JobStatus, LimitKey
+from django_outbox.models.jobs import TURN_STATUSES
+from django_outbox.task import SEQUENCE_PREFIX, OutboxTask
+from django_outbox.wake.notify import notify_on_commit
+
+#: Keys per statement.
+CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What the latest enqueue said of a key: its limit, and whether a job failing for
+    good holds it (a sequence that waits for its failed job to be retried or skipped)."""
+
+    limit: int
+    holds_on_failure: bool = False
+
+
+def rule_of(task: OutboxTask) -> Rule:
+    """The rule ``task``'s jobs enqueue under their key."""
+    if task.sequence_key is not None:
+        return Rule(1, holds_on_failure=task.sequence_on_failure == "hold")
+    return Rule(task.concurrency_limit)
+
+
+def enter(using: str, rules: dict[str, Rule], now: datetime) -> None:
+    """Write (and so lock) the rows of the keys an enqueue is about to hold jobs under,
+    in the caller's transaction: one upsert, keys in sorted order."""
+    rows = [
+        LimitKey(key=key, limit=rule.limit, holds_on_failure=rule.holds_on_failure, updated_at=now)
+        for key, rule in sorted(rules.items())
+    ]
+    # MariaDB and MySQL name no target: their ON DUPLICATE KEY meets the primary key.
+    target = ["key"] if connections[using].features.supports_update_conflicts_with_target else None
+    for start in range(0, len(rows), CHUNK):
+        LimitKey.objects.using(using).bulk_create(
+            rows[start : start + CHUNK],
+            update_conflicts=True,
+            unique_fields=target,
+            update_fields=["limit", "holds_on_failure", "updated_at"],
+        )
+
+
+def lock(using: str, keys: Iterable[str]) -> dict[str, LimitKey]:
+    """Lock the rows of ``keys`` (sorted) in the caller's transaction; returns them."""
+    found: dict[str, LimitKey] = {}
+    ordered = sorted(set(keys))
+    for start in range(0, len(ordered), CHUNK):
+        rows = (
+            LimitKey.objects.using(using)
+            .select_for_update()
+            .filter(key__in=ordered[start : start + CHUNK])
+            .order_by("key")
+        )
+        found.update((row.key, row) for row in rows)
+    return found
+
+
+def admit(using: str, keys: Iterable[str], now: datetime) -> int:
+    """Queue the held jobs of ``keys`` whose turn has come, oldest first, and signal their
+    queues on commit; returns how many were queued. Safe to run at any time: it counts
+    what is there."""
+    keys = sorted(set(keys))
+    if not keys:
+        return 0
+    queued = 0
+    with transaction.atomic(using=using):
+        for start in range(0, len(keys), CHUNK):
+            queued += _admit(using, keys[start : start + CHUNK], now)
+    return queued
+
+
+def _admit(using: str, keys: list[str], now: datetime) -> int:
+    rows = lock(using, keys)
+    turns = dict(
+        Job.objects.using(using)
+        .filter(limit_key__in=keys, status__in=TURN_STATUSES)
+        .values("limit_key")
+        .annotate(n=Count("id"))
+        .values_list("limit_key", "n")
+    )
+    free = {
+        key: row.limit - turns.get(key, 0)
+        for key, row in rows.items()
+        if row.held_by is None and row.limit > turns.get(key, 0)
+    }
+    ids = _oldest_held(using, free)
+    if not ids:
+        return 0
+    queued = update_returning(
+        "key-admit",
+        Job.objects.using(using).filter(id__in=ids, status=JobStatus.HELD),
+        {"status": JobStatus.QUEUED, "run_at": Greatest(F("run_at"), Value(now))},
+        ["queue", "run_at"],
+    )
+    notify_on_commit([(row["queue"], row["run_at"]) for row in queued], using=using)
+    return len(queued)
+
+
+def _oldest_held(using: str, free: dict[str, int]) -> list[int]:
+    """The ids of the oldest ``free[key]`` held jobs of each key, in one statement: one
+    branch per key, each reading the key's held rows in id order and no further."""
+    if not free:
+        return []
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    table = quote(Job._meta.db_table)
+    branch = (
+        f"SELECT id FROM (SELECT id FROM {table} WHERE limit_key = %s "
+        f"AND status = '{JobStatus.HELD.value}' ORDER BY id LIMIT %s) AS h{{n}}"
+    )
+    sql = " UNION ALL ".join(branch.format(n=n) for n in range(len(free)))
+    params: list[str | int] = []
+    for key, count in free.items():
+        params += [key, count]
+    with connection.cursor() as cursor:
+        cursor.execute(named("key-held", sql), params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def ended(using: str, jobs: Sequence[tuple[int, str]], failed: Iterable[int], now: datetime) -> int:
+    """Jobs with keys ended (``(id, limit_key)``): a sequence that holds on failure is held
+    by its job that failed for good (``failed``; the row must say so), then each key's
+    next jobs are queued. In the caller's transaction, after it stored the endings."""
+    if not jobs:
+        return 0
+    keys = sorted({key for _, key in jobs})
+    failed = set(failed)
+    with transaction.atomic(using=using):
+        lock(using, keys)
+        for job_id, key in jobs:
+            if job_id in failed and key.startswith(SEQUENCE_PREFIX):
+                hold(using, key, job_id)
+        return admit(using, keys, now)
+
+
+def hold(using: str, key: str, job_id: int) -> None:
+    """Hold a sequence that holds on failure by its job ``job_id``, if that job did fail."""
+    LimitKey.objects.using(using).filter(
+        Exists(Job.objects.filter(pk=job_id, status=JobStatus.FAILED, limit_key=OuterRef("key"))),
+        key=key,
+        holds_on_failure=True,
+        held_by__isnull=True,
+    ).update(held_by=job_id)
+
+
+def let_go(using: str, job_ids: Iterable[int], now: datetime) -> int:
+    """Sequences held by ``job_ids`` go on (the job was skipped, or is about to be retried
+    and takes its turn again); returns how many jobs were queued."""
+    rows = list(LimitKey.objects.using(using).filter(held_by__in=list(job_ids)))
+    if not rows:
+        return 0
+    with transaction.atomic(using=using):
+        lock(using, [row.key for row in rows])
+        LimitKey.objects.using(using).filter(key__in=[row.key for row in rows]).update(held_by=None)
+        return admit(using, [row.key for row in rows], now)
