@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -31,12 +32,16 @@ class Received:
     body: bytes
     started: float
     finished: float = 0.0
+    #: The status it was answered with.
+    status: int = 0
 
 
 class Receiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.scripts: dict[str, list[Answer]] = {}
+        #: Chooses the answer to a request from what arrived (None: the script's answer).
+        self.decide: Callable[[Received], Answer | None] | None = None
         self._lock = threading.Lock()
         receiver = self
 
@@ -53,6 +58,9 @@ class Receiver:
                     receiver.received.append(record)
                     script = receiver.scripts.get(self.path, [])
                     answer = script.pop(0) if len(script) > 1 else (script or [Answer()])[0]
+                    if receiver.decide is not None:
+                        answer = receiver.decide(record) or answer
+                    record.status = answer.status
                 try:
                     time.sleep(answer.delay)
                     self.send_response(answer.status)

@@ -225,13 +225,16 @@ def enqueue_select(
     source_sql: str,
     params: Sequence[Any],
     now: datetime | None = None,
+    limit_key_sql: str | None = None,
 ) -> int:
     """Enqueue one job of ``task`` per row of ``source_sql`` ("FROM … WHERE …"), in one
     ``INSERT … SELECT`` whatever the number of rows; returns how many.
 
     ``args_sql``: each job's positional arguments, an SQL expression over the row giving a
-    JSON array; ``dedup_key_sql``: each job's dedup key, an SQL expression. ``params``: the
-    parameters of the three, in the order args, dedup key, source. Every job gets the
+    JSON array; ``dedup_key_sql``: each job's dedup key; ``limit_key_sql``: each job's
+    ``limit_key`` (jobs/keys.py), if any: the jobs are then held, and the caller locks
+    their keys before and admits them after (``keys.enter``, ``keys.admit``). ``params``:
+    the parameters of those expressions and the source's, in that order. Every job gets the
     task's options and the settings' defaults, the trace context, a wake-up on commit, the
     metric and ``task_enqueued``, as any enqueue does. The rows come back to Python only
     when someone receives ``task_enqueued``.
@@ -240,9 +243,14 @@ def enqueue_select(
     connection = connections[using]
     quote = connection.ops.quote_name
     template = build_job(task, [], {}, now)
+    limit_key_sql = limit_key_sql or "NULL"
+    if limit_key_sql != "NULL":
+        template.status = JobStatus.HELD
     heard_by_someone = heard(task_enqueued, logging.DEBUG)
     if heard_by_someone and not dialect(using).insert_returning:
-        return _select_then_insert(task, template, args_sql, dedup_key_sql, source_sql, params)
+        return _select_then_insert(
+            task, template, args_sql, dedup_key_sql, limit_key_sql, source_sql, params
+        )
     with telemetry.enqueue_span(task.module_path, task.queue_name, None) as trace_context:
         template.trace_context = trace_context
         fields = [Job._meta.get_field(name) for name in _SELECT_CONSTANTS]
@@ -250,13 +258,20 @@ def enqueue_select(
             field.get_db_prep_save(getattr(template, field.attname), connection)  # type: ignore[union-attr]
             for field in fields
         ]
-        columns = [*(str(field.column) for field in fields), "args", "dedup_key", "token"]  # type: ignore[union-attr]
+        columns = [
+            *(str(field.column) for field in fields),  # type: ignore[union-attr]
+            "args",
+            "dedup_key",
+            "limit_key",
+            "token",
+        ]
         args = dialect(using).text(quote("args"))
         returning = f" RETURNING {quote('id')}, {quote('token')}, {args}"
         sql = named(
             "enqueue-select",
             f"INSERT INTO {quote(Job._meta.db_table)} ({', '.join(map(quote, columns))}) "
             f"SELECT {', '.join(['%s'] * len(values))}, {args_sql}, {dedup_key_sql}, "
+            f"{limit_key_sql}, "
             f"{dialect(using).random_token(TOKEN_MAX)} {source_sql}"
             f"{returning if heard_by_someone else ''}",
         )
@@ -267,7 +282,8 @@ def enqueue_select(
     if not count:
         return 0
     if not heard_by_someone:
-        notify_on_commit([(template.queue, template.run_at)], using=using)
+        if template.status == JobStatus.QUEUED:
+            notify_on_commit([(template.queue, template.run_at)], using=using)
         telemetry.enqueued(task.module_path, task.queue_name, count)
         return count
     jobs = []
@@ -285,6 +301,7 @@ def _select_then_insert(
     template: Job,
     args_sql: str,
     dedup_key_sql: str,
+    limit_key_sql: str,
     source_sql: str,
     params: Sequence[Any],
 ) -> int:
@@ -295,13 +312,18 @@ def _select_then_insert(
     using = router.db_for_write(Job)
     with connections[using].cursor() as cursor:
         cursor.execute(
-            named("enqueue-select", f"SELECT {args_sql}, {dedup_key_sql} {source_sql}"), params
+            named(
+                "enqueue-select",
+                f"SELECT {args_sql}, {dedup_key_sql}, {limit_key_sql} {source_sql}",
+            ),
+            params,
         )
         rows = cursor.fetchall()
     jobs = []
-    for args, key in rows:
+    for args, key, limit_key in rows:
         job = copy.copy(template)
         job.args, job.dedup_key, job.token = json.loads(args), key, new_token()
+        job.limit_key = limit_key
         jobs.append(job)
     if jobs:
         insert_jobs(task, jobs)

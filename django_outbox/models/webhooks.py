@@ -58,6 +58,9 @@ class Message(models.Model):
     #: The exact body sent and signed: a Standard Webhooks envelope as JSON text.
     body = models.TextField()
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    #: Messages with the same key reach each endpoint in the order they were sent
+    #: (``send(ordering_key=...)``); NULL: in any order.
+    ordering_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

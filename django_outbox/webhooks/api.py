@@ -33,6 +33,7 @@ EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
 PATTERN = re.compile(r"[A-Za-z0-9_.:*-]{1,255}")
 MAX_TIMEOUT = 600.0
 TEST_EVENT = "webhook.test"
+MAX_ORDERING_KEY = 200
 DELIVER_TASK = "django_outbox.webhooks.tasks.deliver"
 
 
@@ -176,12 +177,17 @@ def send(
     *,
     tenant: str = "",
     idempotency_key: str | None = None,
+    ordering_key: str | None = None,
 ) -> Message:
     """Send ``payload`` to every active endpoint of ``tenant`` whose filter matches.
 
     In the caller's transaction: a rollback sends nothing. A repeated ``idempotency_key``
     (per tenant) returns the message it sent first and sends nothing new. The statements
     it runs do not grow with the number of endpoints.
+
+    ``ordering_key``: messages with the same key reach each endpoint in the order they
+    were sent; a delivery being retried holds back the later ones of its key to its
+    endpoint, and nothing else.
     """
     if not isinstance(event_type, str) or not EVENT_TYPE.fullmatch(event_type):
         raise ValidationError(
@@ -191,6 +197,13 @@ def send(
     tenant = _text("tenant", tenant)
     if idempotency_key is not None:
         _text("idempotency_key", idempotency_key, allow_empty=False)
+    if ordering_key is not None and (
+        not isinstance(ordering_key, str) or not 0 < len(ordering_key) <= MAX_ORDERING_KEY
+    ):
+        raise ValidationError(
+            f"ordering_key must be a string of 1 to {MAX_ORDERING_KEY} characters, or None "
+            f"for no order, not {ordering_key!r}."
+        )
     now = timezone.now()
     body = envelope(event_type, payload, now)
     using = _using()
@@ -207,6 +220,7 @@ def send(
             tenant=tenant,
             body=body,
             idempotency_key=idempotency_key,
+            ordering_key=ordering_key,
             created_at=now,
         )
         if idempotency_key is None:
@@ -235,12 +249,15 @@ def fan_out(message: Message, now: datetime, endpoint_ids: list[int] | None = No
         using, message.pk, message.event_type, message.tenant, now, endpoint_ids
     )
     if created:
-        enqueue_delivery_jobs(message.pk, now, endpoint_ids)
+        enqueue_delivery_jobs(message.pk, now, endpoint_ids, message.ordering_key)
     return created
 
 
 def enqueue_delivery_jobs(
-    message_id: int, now: datetime, endpoint_ids: list[int] | None = None
+    message_id: int,
+    now: datetime,
+    endpoint_ids: list[int] | None = None,
+    ordering_key: str | None = None,
 ) -> int:
     options = conf.get().WEBHOOKS
     deliver = resolve_task(DELIVER_TASK)
@@ -256,7 +273,7 @@ def enqueue_delivery_jobs(
         # stops a delivery whose worker keeps dying from running for ever.
         max_attempts=2 * len(options.RETRY_SCHEDULE) + 2,
     )
-    return fanout.insert_jobs(_using(), task, message_id, now, endpoint_ids)
+    return fanout.insert_jobs(_using(), task, message_id, now, endpoint_ids, ordering_key)
 
 
 # -- operations (the admin exposes them) ---------------------------------------------------
@@ -277,7 +294,15 @@ def resend(delivery: Delivery) -> bool:
         )
         try:
             with transaction.atomic(using=using):
-                queued = enqueue_delivery_jobs(delivery.message_id, now, [delivery.endpoint_id])
+                queued = enqueue_delivery_jobs(
+                    delivery.message_id,
+                    now,
+                    [delivery.endpoint_id],
+                    # Behind the deliveries of its key sent since, to this endpoint.
+                    Message.objects.filter(pk=delivery.message_id)
+                    .values_list("ordering_key", flat=True)
+                    .first(),
+                )
         except IntegrityError:  # a concurrent resend queued its job a moment ago
             return False
     return queued > 0

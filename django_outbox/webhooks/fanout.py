@@ -16,8 +16,10 @@ from django.db import connections
 
 from django_outbox.compat import Task
 from django_outbox.db import dialect, named
+from django_outbox.jobs import keys
 from django_outbox.jobs.enqueue import enqueue_select
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, JobStatus
+from django_outbox.task import SEQUENCE_PREFIX
 
 #: The job of a delivery carries this dedup key, so a delivery has one active job at most.
 DEDUP_PREFIX = "outbox.delivery:"
@@ -60,27 +62,67 @@ def insert_jobs(
     message_id: int,
     now: datetime,
     endpoint_ids: Sequence[int] | None = None,
+    ordering_key: str | None = None,
 ) -> int:
     """One job of ``task`` per pending delivery of the message that has no active job, in
-    one statement, through the engine's enqueue path (jobs/enqueue.py)."""
+    one statement, through the engine's enqueue path (jobs/enqueue.py).
+
+    With an ``ordering_key``, each job takes its turn in the sequence of its endpoint and
+    key (``ordered_key``), behind the deliveries of earlier messages with that key."""
     quote = connections[using].ops.quote_name
     params: list[Any] = [DEDUP_PREFIX, message_id, DeliveryStatus.PENDING.value]
     only = ""
     if endpoint_ids is not None:
         only = f" AND d.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})"
         params += list(endpoint_ids)
-    params += [DEDUP_PREFIX, JobStatus.QUEUED.value, JobStatus.RUNNING.value]
+    params += [DEDUP_PREFIX, JobStatus.HELD.value, JobStatus.QUEUED.value, JobStatus.RUNNING.value]
     sql = dialect(using)
     dedup_key = sql.concat("%s", sql.text("d.id"))
-    return enqueue_select(
+    source_sql = (
+        f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
+        f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
+        f"WHERE j.dedup_key = {dedup_key} AND j.status IN (%s, %s, %s))"
+    )
+    if ordering_key is None:
+        return enqueue_select(
+            task,
+            args_sql=sql.json_array_of("d.id"),
+            dedup_key_sql=dedup_key,
+            source_sql=source_sql,
+            params=params,
+            now=now,
+        )
+    pending = Delivery.objects.using(using).filter(
+        message_id=message_id, status=DeliveryStatus.PENDING
+    )
+    if endpoint_ids is not None:
+        pending = pending.filter(endpoint_id__in=list(endpoint_ids))
+    sequences = {
+        ordered_key(endpoint, ordering_key)
+        for endpoint in pending.values_list("endpoint_id", flat=True)
+    }
+    # The keys are locked before the jobs are written: of two messages with the same key,
+    # the second's jobs come after the first's (jobs/keys.py).
+    keys.enter(using, dict.fromkeys(sequences, keys.Rule(1)), now)
+    count = enqueue_select(
         task,
         args_sql=sql.json_array_of("d.id"),
         dedup_key_sql=dedup_key,
-        source_sql=(
-            f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
-            f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
-            f"WHERE j.dedup_key = {dedup_key} AND j.status IN (%s, %s))"
-        ),
-        params=params,
+        source_sql=source_sql,
+        # The parameters go in the order of the expressions: args (none), dedup key,
+        # limit key, source.
+        params=[params[0], ORDERED_PREFIX, f":{ordering_key}", *params[1:]],
         now=now,
+        limit_key_sql=sql.concat("%s", sql.text("d.endpoint_id"), "%s"),
     )
+    keys.admit(using, sequences, now)
+    return count
+
+
+#: Where a delivery's job takes its turn when its message has an ordering key.
+ORDERED_PREFIX = f"{SEQUENCE_PREFIX}outbox.webhook:"
+
+
+def ordered_key(endpoint_id: int, ordering_key: str) -> str:
+    """The sequence of the deliveries to ``endpoint_id`` of messages with ``ordering_key``."""
+    return f"{ORDERED_PREFIX}{endpoint_id}:{ordering_key}"
