@@ -174,6 +174,7 @@ def _validate_limit_keys(task: OutboxTask) -> None:
         raise InvalidTask(
             f"concurrency_limit must be a whole number from 1 to {MAX_LIMIT:,}, not {limit!r}."
         )
+    _validate_rate_key(task)
     if task.sequence_on_failure not in SEQUENCE_ON_FAILURE:
         raise InvalidTask(
             f"sequence_on_failure must be one of {', '.join(map(repr, SEQUENCE_ON_FAILURE))}, "
@@ -183,3 +184,30 @@ def _validate_limit_keys(task: OutboxTask) -> None:
 
 #: The highest concurrency_limit (a key with more turns is hardly a limit).
 MAX_LIMIT = 10_000
+
+
+def _validate_rate_key(task: OutboxTask) -> None:
+    """A task's per-key rate limit, or InvalidTask saying what is wrong."""
+    key, rate, burst = task.rate_key, task.rate_limit, task.rate_burst
+    if (key is None) != (rate is None):
+        raise InvalidTask(
+            "rate_key and rate_limit go together: the key says whose jobs share a limit, the "
+            "limit how many of them may run a second."
+        )
+    if key is not None and not callable(key):
+        problem = limit_key_problem(key)
+        if problem:
+            raise InvalidTask(f"rate_key: {problem}")
+    if rate is not None and (
+        isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= conf.MAX_RATE
+    ):
+        raise InvalidTask(
+            f"rate_limit must be a number of runs per second above 0 and at most "
+            f"{text.number(conf.MAX_RATE)}, not {rate!r}."
+        )
+    if burst is not None and (
+        rate is None or isinstance(burst, bool) or not isinstance(burst, int) or burst < 1
+    ):
+        raise InvalidTask(
+            f"rate_burst must be a whole number of at least 1, with a rate_limit, not {burst!r}."
+        )

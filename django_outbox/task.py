@@ -42,6 +42,12 @@ class OutboxTask(Task):
     #: "hold": a job of the sequence that fails for good holds the sequence until it is
     #: retried or skipped; "continue": the sequence goes on without it.
     sequence_on_failure: str = "hold"
+    #: At most ``rate_limit`` runs a second of the jobs with the same key (after a quiet
+    #: spell, ``rate_burst`` at once; default one second's worth), across every worker. A
+    #: run over it goes back to the queue for its turn, not counted as an attempt.
+    rate_key: str | KeyFunction | None = None
+    rate_limit: float | None = None
+    rate_burst: int | None = None
 
     def using(
         self,
@@ -59,6 +65,9 @@ class OutboxTask(Task):
         concurrency_limit: int | None = None,
         sequence_key: str | KeyFunction | None = None,
         sequence_on_failure: str | None = None,
+        rate_key: str | KeyFunction | None = None,
+        rate_limit: float | None = None,
+        rate_burst: int | None = None,
     ) -> OutboxTask:
         """A copy with other defaults; ``run_after`` may be a delay from now."""
         if isinstance(run_after, timedelta):
@@ -79,6 +88,9 @@ class OutboxTask(Task):
                 "concurrency_limit": concurrency_limit,
                 "sequence_key": sequence_key,
                 "sequence_on_failure": sequence_on_failure,
+                "rate_key": rate_key,
+                "rate_limit": rate_limit,
+                "rate_burst": rate_burst,
             }.items()
             if value is not None
         }
@@ -103,6 +115,12 @@ class OutboxTask(Task):
             )
             return None if found is None else f"{CONCURRENCY_PREFIX}{found}"
         return None
+
+    def rate_key_for(self, args: Any, kwargs: dict[str, Any]) -> str | None:
+        """This call's rate limit key; None: no rate limit holds it back."""
+        if self.rate_key is None or self.rate_limit is None:
+            return None
+        return self._key_for("rate key", self.rate_key, args, kwargs, limit_key_problem)
 
     def _key_for(
         self,

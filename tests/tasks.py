@@ -366,3 +366,14 @@ def in_sequence_going_on(context: TaskContext, order: int, n: int, fail: bool = 
     if fail:
         raise RuntimeError(f"step {n} of order {order} failed")
     return n
+
+
+def _tenant(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return f"tenant-{args[0]}"
+
+
+@task(takes_context=True, rate_key=_tenant, rate_limit=5, rate_burst=1, max_attempts=1)
+def per_tenant(context: TaskContext, tenant: int, n: int) -> int:
+    """At most five runs a second per tenant."""
+    _record(context, f"{tenant}:{n}", 0.0)
+    return n

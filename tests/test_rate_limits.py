@@ -418,3 +418,56 @@ def test_a_turn_missed_long_ago_sends_only_if_a_token_is_free_now():
         with pytest.raises(RateLimited):
             _wait_for_turn(delivery, 2, on_time)
         _wait_for_turn(delivery, 1, on_time)  # attempt 1 at its turn: goes, not charged
+
+
+# -- per key -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("store", STORES)
+def test_a_rate_key_spreads_each_keys_runs_and_leaves_other_keys_alone(store, run_worker):
+    """5 runs a second per tenant, a burst of 1: each tenant's six runs take a second or
+    more, and the two tenants' runs go side by side, not one tenant after the other."""
+    with outbox(RATE_LIMIT_STORE=store):
+        for n in range(6):
+            tasks.per_tenant.enqueue(1, n)
+            tasks.per_tenant.enqueue(2, n)
+        for _ in range(100):
+            run_worker(concurrency=4)
+            if not Job.objects.filter(status__in=["queued", "running"]).exists():
+                break
+            time.sleep(0.05)
+    assert set(Job.objects.values_list("status", flat=True)) == {"succeeded"}
+    # A held-back run is no attempt, and the task never saw the turn it noted.
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}, list(
+        Job.objects.filter(attempts__gt=1).values("attempts", "errors", "worker_ids", "kwargs")
+    )
+    assert set(Execution.objects.values_list("attempt", flat=True)) == {1}
+    assert Job.objects.filter(kwargs__has_key="outbox_rate_turn").exists()
+    starts = {
+        tenant: sorted(e.started for e in Execution.objects.filter(key__startswith=f"{tenant}:"))
+        for tenant in (1, 2)
+    }
+    for tenant, times in starts.items():
+        assert len(times) == 6
+        assert (times[-1] - times[0]).total_seconds() >= 0.9, (tenant, times)
+    # Side by side: tenant 2 started before tenant 1 had finished, and the other way round.
+    assert starts[2][0] < starts[1][-1] and starts[1][0] < starts[2][-1]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rate_key": "a"}, "rate_key and rate_limit go together"),
+        ({"rate_limit": 5}, "rate_key and rate_limit go together"),
+        ({"rate_key": "a", "rate_limit": 0}, "rate_limit must be"),
+        ({"rate_key": "a", "rate_limit": "5"}, "rate_limit must be"),
+        ({"rate_key": "a", "rate_limit": 5, "rate_burst": 0}, "rate_burst must be"),
+        ({"rate_key": "", "rate_limit": 5}, "non-empty string"),
+    ],
+)
+def test_bad_rate_key_options_are_refused(options, message):
+    from django_outbox.compat import InvalidTask
+
+    with pytest.raises(InvalidTask, match=message):
+        tasks.noop.using(**options)

@@ -25,7 +25,7 @@ from django_outbox.compat import (
     task_started,
 )
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
-from django_outbox.jobs import sidewrites, steps
+from django_outbox.jobs import ratekeys, sidewrites, steps
 from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
@@ -33,6 +33,7 @@ from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import build_result, resolve_task, task_errors
 from django_outbox.lib.resultids import result_id
 from django_outbox.models import JobStatus
+from django_outbox.task import OutboxTask
 from django_outbox.worker import cancellation
 
 
@@ -164,13 +165,16 @@ def _run(task: Task, job: ClaimedJob, flag: Any, result: Any) -> Outcome:
         if job.receives is not None and (job.receives or task.takes_context):
             given = steps.inputs(job.id, job.receives)
             args, upstream = given.arguments(job.args), given.results
+        kwargs = job.kwargs
+        if isinstance(task, OutboxTask) and task.rate_key is not None:
+            kwargs = ratekeys.wait_for_turn(task, job.args, kwargs, job.attempts)
         if task.takes_context:
             context = cancellation.OutboxTaskContext(
                 task_result=result, cancel_flag=flag, upstream_results=upstream
             )
-            value = _runner(job.task_path)(context, *args, **job.kwargs)
+            value = _runner(job.task_path)(context, *args, **kwargs)
         else:
-            value = _runner(job.task_path)(*args, **job.kwargs)
+            value = _runner(job.task_path)(*args, **kwargs)
     except BaseException as exc:
         return _raised(job, flag, exc)
     return _returned(job, flag, value)
