@@ -21,6 +21,7 @@ NOTHING = "\u2013"
 COLOURS = {
     "succeeded": "#1b7f3b",
     "waiting": "#5b5fc7",
+    "held": "#5b5fc7",
     "queued": "#1f5fa8",
     "pending": "#1f5fa8",
     "running": "#a86400",

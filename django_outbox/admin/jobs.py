@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
@@ -20,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_outbox import schedules
+from django_outbox import schedules, waiting
 from django_outbox.admin import display, lists, overview
 from django_outbox.jobs import operations
 from django_outbox.jobs.progress import Progress
@@ -69,7 +70,7 @@ class JobAdmin(ReadOnlyAdmin):
     date_hierarchy = "enqueued_at"
     search_fields = ["=id", "task_path", "=dedup_key"]
     ordering = ["-id"]
-    actions = ["retry_now", "cancel", "delete_selected"]
+    actions = ["retry_now", "cancel", "skip", "delete_selected"]
     # The buttons (Close, Delete, Retry now) above a long traceback too.
     save_on_top = True
     readonly_fields = [
@@ -80,8 +81,10 @@ class JobAdmin(ReadOnlyAdmin):
         "error_history",
         "shown_progress",
         "workflow",
+        "why_waiting",
     ]
     fieldsets = [
+        ("Why is it waiting?", {"fields": ["why_waiting"]}),
         (
             None,
             {
@@ -93,6 +96,7 @@ class JobAdmin(ReadOnlyAdmin):
                     "status",
                     "priority",
                     "dedup_key",
+                    "limit_key",
                     "workflow",
                 ]
             },
@@ -156,6 +160,50 @@ class JobAdmin(ReadOnlyAdmin):
         url = reverse("admin:django_outbox_workflow_change", args=[job.workflow_id])
         return format_html('<a href="{}">workflow #{}</a>', url, job.workflow_id)
 
+    @admin.display(description="reasons")
+    def why_waiting(self, job: Job) -> SafeString | str:
+        """What holds a job that has not started back (django_outbox/waiting.py)."""
+        found = waiting.reasons(job)
+        if not found:
+            return display.NOTHING
+        items = []
+        for reason in found:
+            until = ""
+            if reason.until is not None:
+                left = max(reason.until - timezone.now(), timedelta(0))
+                until = format_html(
+                    " Until {:%Y-%m-%d %H:%M:%S} (in {}).",
+                    timezone.localtime(reason.until),
+                    display.duration(left),
+                )
+            links = format_html_join(
+                ", ",
+                '<a href="{}">#{}</a>',
+                (
+                    (reverse("admin:django_outbox_job_change", args=[pk]), pk)
+                    for pk in reason.job_ids
+                ),
+            )
+            items.append(
+                format_html(
+                    '<li data-reason="{}">{}{}{}</li>',
+                    reason.code,
+                    reason.text,
+                    until,
+                    format_html(" Held by {}.", links) if reason.job_ids else "",
+                )
+            )
+        return format_html(
+            '<ul class="outbox-reasons">{}</ul>', format_html_join("", "{}", ((i,) for i in items))
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The reasons it waits only on a job that has not started."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or obj.status not in waiting.NOT_STARTED:
+            fieldsets = [fieldset for fieldset in fieldsets if fieldset[0] != "Why is it waiting?"]
+        return fieldsets
+
     @admin.display(description="progress")
     def shown_progress(self, job: Job) -> str:
         progress = Progress.from_stored(job.progress)
@@ -181,6 +229,8 @@ class JobAdmin(ReadOnlyAdmin):
             return display.dated(f"waiting {display.age(job.run_at, now)}", job.run_at, "due")
         if job.status == JobStatus.WAITING:
             return display.dated("after its upstream", job.enqueued_at, "enqueued")
+        if job.status == JobStatus.HELD:
+            return display.dated("its key's turn", job.enqueued_at, "enqueued")
         if job.status == JobStatus.RUNNING:
             started = job.last_attempted_at or job.started_at
             progress = Progress.from_stored(job.progress)
@@ -296,6 +346,12 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.action(description="Retry now (queued, failed or cancelled jobs)", permissions=["act"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         report(self, request, "Jobs queued to run now", operations.retry_now(queryset))
+
+    @admin.action(
+        description="Skip (a failed job's sequence goes on without it)", permissions=["act"]
+    )
+    def skip(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        report(self, request, "Sequences let go on", operations.skip(queryset))
 
     @admin.action(description="Cancel (running jobs are asked to stop)", permissions=["act"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -28,7 +28,7 @@ from django_outbox.lib.rate import Rate
 
 T = TypeVar("T")
 
-__all__ = ["Grant", "Rate", "give_back", "reserve", "store_name", "take"]
+__all__ = ["Grant", "Rate", "give_back", "next_token_at", "reserve", "store_name", "take"]
 
 logger = logging.getLogger("django_outbox.ratelimits")
 
@@ -53,6 +53,9 @@ class Store(Protocol):
 
     def give_back(self, key: str, rate: Rate, count: int) -> None: ...
 
+    def full_at(self, key: str) -> float:
+        """When the bucket is full again, in seconds since the epoch (0: it is full)."""
+
 
 def take(key: str, rate: Rate, wanted: int) -> Grant:
     """Up to ``wanted`` tokens of the bucket ``key`` now."""
@@ -71,6 +74,13 @@ def reserve(key: str, rate: Rate) -> float:
     wait = full_at - rate.capacity - now
     # A wait far below one interval is float rounding, not a turn to wait for.
     return wait if wait > 0.01 * rate.interval else 0.0
+
+
+def next_token_at(key: str, rate: Rate) -> float | None:
+    """When the bucket ``key`` next has a token, in seconds since the epoch; None: it has
+    one now. Takes nothing: for showing, not for deciding."""
+    at = _call(lambda store: store.full_at(key)) + rate.interval - rate.capacity
+    return at if at > time.time() else None
 
 
 def give_back(key: str, rate: Rate, count: int) -> None:

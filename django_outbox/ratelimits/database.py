@@ -31,6 +31,10 @@ class DatabaseStore:
         _granted, full_at, now = self._run("reserve", key, rate, 1)
         return float(full_at), float(now)
 
+    def full_at(self, key: str) -> float:
+        found = RateBucket.objects.using(router.db_for_write(RateBucket)).filter(key=key)
+        return float(found.values_list("tat", flat=True).first() or 0.0)
+
     def give_back(self, key: str, rate: Rate, count: int) -> None:
         connection = connections[router.db_for_write(RateBucket)]
         table = connection.ops.quote_name(RateBucket._meta.db_table)

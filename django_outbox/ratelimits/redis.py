@@ -72,6 +72,10 @@ class RedisStore:
     def give_back(self, key: str, rate: Rate, count: int) -> None:
         self._script(_GIVE_BACK)(keys=[self._key(key)], args=[repr(count * rate.interval)])
 
+    def full_at(self, key: str) -> float:
+        value = self.client.get(self._key(key))
+        return float(value) if value else 0.0
+
     def _script(self, source: str) -> Any:
         """The script, registered once per client (it then runs by its SHA)."""
         slot = (id(self.client), source)
