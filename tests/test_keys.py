@@ -257,3 +257,31 @@ def test_a_unique_key_and_a_concurrency_key_together() -> None:
     per_customer.enqueue(1, 3)
     assert statuses() == ["queued", "queued", "held"]
     assert Job.objects.filter(status=JobStatus.HELD).get().args == [1, 3]
+
+
+def test_deleting_a_queued_job_in_the_admin_gives_its_turn_to_the_next(admin_client) -> None:
+    for n in range(3):
+        in_sequence.enqueue(11, n)
+    first = Job.objects.order_by("id").first()
+    assert first is not None
+    response = admin_client.post(
+        "/admin/django_outbox/job/",
+        {"action": "delete_selected", "_selected_action": [first.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert statuses() == ["queued", "held"]
+
+
+def test_the_stalled_check_sweep_queues_jobs_whose_turn_was_freed_by_hand() -> None:
+    from django_outbox.jobs import keys
+
+    for n in range(3):
+        in_sequence.enqueue(12, n)
+        per_customer.enqueue(3, n)
+    assert keys.sweep() == 0  # nothing to do: every key has its turns taken
+    # By hand, outside the engine: the first queued job of each key.
+    for key in ("sequence:order-12", "concurrency:customer-3"):
+        Job.objects.filter(pk=Job.objects.filter(limit_key=key).order_by("id")[0].pk).delete()
+    assert keys.sweep() == 2
+    assert Job.objects.filter(status="queued").count() == 3  # one of order 12, two of 3
+    assert keys.sweep() == 0

@@ -23,10 +23,11 @@ from django.utils.safestring import SafeString
 
 from django_outbox import schedules, waiting
 from django_outbox.admin import display, lists, overview
-from django_outbox.jobs import operations
+from django_outbox.jobs import keys, operations
 from django_outbox.jobs.progress import Progress
 from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Job, JobStatus, ScheduleState, Worker
+from django_outbox.models.jobs import TURN_STATUSES
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -159,6 +160,19 @@ class JobAdmin(ReadOnlyAdmin):
             return display.NOTHING
         url = reverse("admin:django_outbox_workflow_change", args=[job.workflow_id])
         return format_html('<a href="{}">workflow #{}</a>', url, job.workflow_id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Deleting queued or running jobs with keys gives their turns to the next."""
+        limit_keys = {
+            key
+            for key in queryset.filter(status__in=TURN_STATUSES).values_list("limit_key", flat=True)
+            if key is not None
+        }
+        super().delete_queryset(request, queryset)
+        keys.admit(queryset.db, limit_keys, timezone.now())
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        self.delete_queryset(request, Job.objects.filter(pk=obj.pk))
 
     @admin.display(description="reasons")
     def why_waiting(self, job: Job) -> SafeString | str:

@@ -24,9 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connections, transaction
-from django.db.models import Count, Exists, F, OuterRef, Value
-from django.db.models.functions import Greatest
+from django.db import connections, router, transaction
+from django.db.models import Count, Exists, F, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
 
 from django_outbox.db import named
 from django_outbox.jobs.returning import update_returning
@@ -186,3 +187,26 @@ def let_go(using: str, job_ids: Iterable[int], now: datetime) -> int:
         lock(using, [row.key for row in rows])
         LimitKey.objects.using(using).filter(key__in=[row.key for row in rows]).update(held_by=None)
         return admit(using, [row.key for row in rows], now)
+
+
+def sweep(now: datetime | None = None) -> int:
+    """Queue the held jobs of keys that have a free turn nobody gave them: a safety net
+    for turns freed outside the engine (a queued job's row deleted by hand). Reads each
+    key row once (up to 1,000 keys with held jobs); the stalled check runs it."""
+    using = router.db_for_write(Job)
+    now = now or timezone.now()
+    held = Job.objects.filter(limit_key=OuterRef("key"), status=JobStatus.HELD)
+    turns = (
+        Job.objects.filter(limit_key=OuterRef("key"), status__in=TURN_STATUSES)
+        .values("limit_key")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    found = (
+        LimitKey.objects.using(using)
+        .filter(Exists(held), held_by__isnull=True)
+        .annotate(turns=Coalesce(Subquery(turns), 0))
+        .filter(turns__lt=F("limit"))
+        .values_list("key", flat=True)[:1000]
+    )
+    return admit(using, list(found), now)

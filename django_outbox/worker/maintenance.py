@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django_outbox.jobs import leases
+from django_outbox.jobs import keys, leases
 from django_outbox.wake import Waker
 from django_outbox.worker import cancellation
 from django_outbox.worker.completer import Completer
@@ -97,6 +97,15 @@ class Maintenance:
         rescued = self.db.run(leases.rescue_expired)
         if rescued and rescued.requeued:
             self.found_work()
+        admitted = self.db.run(keys.sweep)
+        if admitted:
+            self.found_work()
+            logger.info(
+                "worker %s: queued %d held jobs whose keys had a free turn (a job of the key "
+                "was deleted, say)",
+                self.worker_id,
+                admitted,
+            )
         if rescued and (rescued.requeued or rescued.failed):
             self.stats.rescued += rescued.requeued + rescued.failed
             logger.warning(
