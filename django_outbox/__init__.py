@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django_outbox.compat import Task, TaskResult
 
-__all__ = ["cancel", "enqueue_many"]
+__all__ = ["cancel", "enqueue_many", "pause", "resume"]
 
 
 def enqueue_many(
@@ -45,3 +45,21 @@ def cancel(job: TaskResult | int | str) -> str:
         with jobs_of(backend):
             return cancel_job(job)
     return cancel_job(job)
+
+
+def pause(name: str, *, backend: str | None = None) -> bool:
+    """Pause the queue ``name``: workers claim none of its jobs from within a second on,
+    until it is resumed; jobs running finish, and enqueueing into it goes on. Returns
+    whether it was running. ``backend``: the TASKS alias whose database holds it (see
+    docs/queues.md)."""
+    from django_outbox import queues
+
+    return queues.pause(name, backend=backend)
+
+
+def resume(name: str, *, backend: str | None = None) -> bool:
+    """Resume the queue ``name``: its idle workers are signalled on commit and claim its
+    due jobs at once. Returns whether it was paused."""
+    from django_outbox import queues
+
+    return queues.resume(name, backend=backend)

@@ -5,7 +5,8 @@
 - the listener (listener.py) waits on the wake-up channel on its own thread and puts
   signals in the inbox;
 - the completer (completer.py) writes outcomes back in batches;
-- maintenance (maintenance.py) renews leases, rescues expired ones, watches the supervisor.
+- maintenance (maintenance.py) renews leases, rescues expired ones, watches the supervisor;
+- pauses (pauses.py) say which of its queues are paused: the claim skips them.
 
 The loop waits on the inbox until news comes (an outcome, a signal) or a service's timer
 falls due; it holds no SQL and makes no decision a service owns.
@@ -33,7 +34,7 @@ from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
 from django_outbox.lib import text
 from django_outbox.models import Job
-from django_outbox.wake import Waker, build_waker, choice_reason, notify
+from django_outbox.wake import Wake, Waker, build_waker, choice_reason, notify
 from django_outbox.wake.polling import PollingWaker
 from django_outbox.worker import cancellation
 from django_outbox.worker.completer import Completer
@@ -42,6 +43,7 @@ from django_outbox.worker.executor import error_record
 from django_outbox.worker.inbox import Inbox
 from django_outbox.worker.listener import Listener
 from django_outbox.worker.maintenance import Maintenance
+from django_outbox.worker.pauses import Pauses
 from django_outbox.worker.pool import Pool
 from django_outbox.worker.producer import MAX_ADAPTIVE_BATCH, CannotClaim, Producer
 from django_outbox.worker.pruner import Pruner
@@ -153,6 +155,7 @@ class Worker:
             orphaned=lambda: self.request_stop("the supervising process is gone"),
             found_work=self.producer.look_now,
         )
+        self.pauses = Pauses(self.id, self.queues, self.db)
 
     # -- control ---------------------------------------------------------------------
 
@@ -268,6 +271,7 @@ class Worker:
             self.maintenance.run_due()
             self._take_news()
             was_idle = not self._holding()
+            self._read_pauses()
             claimed = producer.refill()
             # Claimed first, then written: the threads have their next jobs while the
             # outcomes go to the database.
@@ -283,6 +287,18 @@ class Worker:
                     return
                 continue
             self._wait()
+
+    def _read_pauses(self) -> None:
+        """Before a claim, and each second while a queue is paused: which queues are
+        paused, at most once a second. The producer claims from the others only."""
+        pauses = self.pauses
+        now = time.monotonic()
+        if not pauses.stale(now) or not (pauses.paused or self.producer.has_room):
+            return
+        resumed = pauses.refresh(now)
+        self.producer.queues = pauses.running
+        if resumed:  # look now, and ask again when the next delayed job falls due
+            self.producer.wake(Wake(look_now=True))
 
     def _take_news(self) -> None:
         """Hand the inbox's signals to the producer and its outcomes to the completer."""
@@ -304,7 +320,12 @@ class Worker:
 
     def _wait(self) -> None:
         now = time.monotonic()
-        until = min(self.producer.due_at(), self.completer.due_at(), self.maintenance.due_at())
+        until = min(
+            self.producer.due_at(),
+            self.completer.due_at(),
+            self.maintenance.due_at(),
+            self.pauses.due_at(),  # while a queue is paused: read again in a second
+        )
         timeout = until - now
         if self.pool.in_flight:
             timeout = min(timeout, TICK_SECONDS)  # runs over their timeout end promptly
@@ -316,6 +337,7 @@ class Worker:
     def _burst_done(self) -> bool:
         """A burst worker with nothing in hand: leave, or wait for what is still due."""
         self.producer.look_now()  # once more, whatever the timer says
+        self._read_pauses()
         if self.producer.refill():
             return False
         now = time.monotonic()
