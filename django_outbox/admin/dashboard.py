@@ -4,23 +4,35 @@ It is the change list of a proxy model (``Dashboard``), so the admin lists it in
 app's section and on the index, puts it under its own URLs and login, and gives it a
 permission to grant ("Can view dashboard"; superusers and users who may view jobs see it
 too). The page fetches its own ``?partial=1`` every 5 seconds and swaps the numbers in.
+
+Each queue's line has a Pause or Resume button for users who may change queues (the
+permission the queue list's actions ask for): a POST with the page's CSRF token to
+``dashboard/queue/``, which calls ``django_outbox.queues`` and comes back to the page.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_outbox import queues
 from django_outbox.admin import display, overview
+from django_outbox.admin.queues import paused_badge
 from django_outbox.lib.text import count, number
-from django_outbox.models import Dashboard
+from django_outbox.models import Dashboard, QueueState
 
 CHART_WIDTH, CHART_HEIGHT, BAR = 600, 120, 10
 
@@ -90,10 +102,56 @@ class DashboardAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """Who may pause and resume queues: those the queue list's actions allow."""
+        meta = QueueState._meta
+        return self.has_view_permission(request) and request.user.has_perm(
+            f"{meta.app_label}.change_{meta.model_name}"
+        )
+
     def get_urls(self) -> list[Any]:
         view = self.admin_site.admin_view(self.changelist_view)
+        queue = self.admin_site.admin_view(self.queue_view)
         info = self.opts.app_label, self.opts.model_name
-        return [path("", view, name=f"{info[0]}_{info[1]}_changelist")]
+        return [
+            path("", view, name=f"{info[0]}_{info[1]}_changelist"),
+            path("queue/", queue, name=f"{info[0]}_{info[1]}_queue"),
+        ]
+
+    def queue_view(self, request: HttpRequest) -> HttpResponse:
+        """A queue's Pause or Resume button: POST only (the admin's views check its CSRF
+        token), the permission the queue list's actions ask for, then back to the page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_pause_permission(request):
+            raise PermissionDenied
+        name, do = request.POST.get("queue", ""), request.POST.get("do")
+        try:
+            queues.check_name(name)
+        except ValueError as exc:
+            return HttpResponseBadRequest(str(exc))
+        if do == "pause":
+            if queues.pause(name):
+                text = (
+                    f"Paused queue {name!r}: workers claim none of its jobs from within a "
+                    "second; jobs running now finish. Jobs can still be enqueued into it."
+                )
+                self.message_user(request, text, messages.SUCCESS)
+            else:
+                self.message_user(request, f"Queue {name!r} was paused already.", messages.INFO)
+        elif do == "resume":
+            if queues.resume(name):
+                self.message_user(
+                    request, f"Resumed queue {name!r}: its due jobs run now.", messages.SUCCESS
+                )
+            else:
+                self.message_user(request, f"Queue {name!r} was not paused.", messages.INFO)
+        else:
+            return HttpResponseBadRequest("do: pause or resume.")
+        info = self.opts.app_label, self.opts.model_name
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:{info[0]}_{info[1]}_changelist")
+        )
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -116,9 +174,17 @@ class DashboardAdmin(admin.ModelAdmin):
                         name: number(getattr(line, name))
                         for name in ("queued", "scheduled", "running", "failed_24h")
                     },
+                    paused_badge(line.paused_at) if line.paused_at else "running",
+                    display.dated(
+                        f"for {display.age(line.paused_at, data.now)}", line.paused_at, "paused"
+                    )
+                    if line.paused_at
+                    else "",
                 )
                 for line in data.queues
             ],
+            "paused": sum(1 for line in data.queues if line.paused_at),
+            "may_pause": self.has_pause_permission(request),
             "times": {
                 name: display.duration(getattr(data.times, name))
                 for name in ("wait_p50", "wait_p95", "run_p50", "run_p95")

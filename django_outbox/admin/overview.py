@@ -5,7 +5,8 @@ costs the same with a thousand jobs or a million:
 
 - queue counts read the active rows (queued, running) through their partial indexes,
   and failures of the last 24 h through the partial index on failed rows; every queue
-  the settings name has its line, jobs or not;
+  the settings name has its line, jobs or not, and so has every paused queue (with the
+  time it was paused, from its QueueState row);
 - throughput reads the jobs finished in the last 60 minutes (index on finished_at);
 - wait and run times come from the latest ``SAMPLE`` jobs finished in the last hour;
 - webhook health reads the endpoints' hourly counts of the last 24 h, not the attempts.
@@ -21,7 +22,7 @@ from django.db.models import Count, Min, Q, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from django_outbox import conf, health
+from django_outbox import conf, health, queues
 from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.models import Endpoint, EndpointHour, Job, JobStatus, Worker
 
@@ -39,6 +40,8 @@ class QueueLine:
     running: int = 0
     failed_24h: int = 0
     oldest_due: datetime | None = None
+    #: When the queue was paused (django_outbox.queues); None: it runs.
+    paused_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,8 @@ def configured_queues() -> set[str]:
 
 
 def queue_lines(now: datetime) -> list[QueueLine]:
-    """A line per configured queue, even one without jobs yet, and per queue that has
-    jobs queued, running or failed in the last 24 h."""
+    """A line per configured queue, even one without jobs yet, per paused queue, and per
+    queue that has jobs queued, running or failed in the last 24 h."""
     lines: dict[str, QueueLine] = {queue: QueueLine(queue) for queue in configured_queues()}
 
     def line(queue: str) -> QueueLine:
@@ -147,6 +150,8 @@ def queue_lines(now: datetime) -> list[QueueLine]:
     )
     for failed in failed_counts:
         line(failed["queue"]).failed_24h = failed["total"]
+    for queue, paused_at in queues.paused().items():
+        line(queue).paused_at = paused_at
     return sorted(lines.values(), key=lambda entry: entry.queue)
 
 
