@@ -33,7 +33,7 @@ from django_outbox.wake.base import Sender
 from django_outbox.wake.notify import Coalescer
 from django_outbox.wake.postgres import PostgresWaker, channel_for, listener_params, read_payload
 from django_outbox.wake.redis import SENDER_PAUSE_SECONDS, key_for
-from django_outbox.worker import Worker
+from django_outbox.worker import Worker, pauses
 from django_outbox.worker.process import start_in_thread
 from tests import tasks
 from tests.conftest import ROOT, stop_pool, wait_until
@@ -545,7 +545,8 @@ def test_an_idle_worker_sends_only_its_claim_and_rescue_per_stalled_check(mode, 
     with InProcessWorker(mode, STALLED_CHECK_SECONDS=check, HEARTBEAT_SECONDS=0.4) as worker:
         before, began = worker.stats.statements, time.monotonic()
         time.sleep(3.0)
-        sent, checks = worker.stats.statements - before, (time.monotonic() - began) / check
+        seconds = time.monotonic() - began
+        sent, checks = worker.stats.statements - before, seconds / check
         heartbeat_at = WorkerRow.objects.get(id=worker.id).heartbeat_at
     # Per stalled check: one claim, one rescue; no next-due query after an empty look.
     # With postgres wake-ups, the listener's heartbeat is also the worker's "alive"; with
@@ -553,9 +554,12 @@ def test_an_idle_worker_sends_only_its_claim_and_rescue_per_stalled_check(mode, 
     # nothing (MariaDB) the claim is BEGIN, its locking SELECT and COMMIT.
     claim = 1 if dialect("default").update_returning else 3
     per_check = claim + 1 + (0 if mode == "postgres" else 1)
+    # Besides: which queues are paused, read at most once a second before a claim, and
+    # the sweep of keys with a free turn, at most once in the window (maintenance.py).
+    besides = seconds / pauses.REFRESH_SECONDS + 1 + 1
     # It does look every check; one late look is allowed on a loaded machine (CI runs two
     # test rows at once), and spinning would send hundreds.
-    assert 2 * (checks - 2) <= sent <= per_check * (checks + 1), (sent, checks)
+    assert 2 * (checks - 2) <= sent <= per_check * (checks + 1) + besides, (sent, checks)
     assert timezone.now() - heartbeat_at < timedelta(seconds=1.5)
 
 

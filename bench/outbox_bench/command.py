@@ -207,6 +207,21 @@ class Command(BaseCommand):
         flows.add_argument("--processes", type=positive_int, default=2)
         flows.add_argument("--concurrency", type=positive_int, default=8)
 
+        keyed = workloads.add_parser(
+            "keys",
+            parents=[common],
+            help="Jobs with concurrency keys against the same jobs without, through runworker; "
+            "and the claim of other jobs behind one busy key.",
+        )
+        keyed.add_argument("--jobs", type=positive_int, default=20_000)
+        keyed.add_argument("--keys", type=positive_int, default=1_000)
+        keyed.add_argument("--stuck", type=positive_int, default=10_000)
+        keyed.add_argument("--others", type=positive_int, default=5_000)
+        keyed.add_argument("--batch", type=positive_int, default=100)
+        keyed.add_argument("--rounds", type=positive_int, default=3)
+        keyed.add_argument("--processes", type=positive_int, default=2)
+        keyed.add_argument("--concurrency", type=positive_int, default=8)
+
         board = workloads.add_parser(
             "dashboard",
             parents=[common],
@@ -277,6 +292,8 @@ class Command(BaseCommand):
             return self.dashboard(options)
         if options["workload"] == "workflows":
             return self.workflows(options)
+        if options["workload"] == "keys":
+            return self.keys(options)
         if options["workload"] == "retry-storm":
             return self.retry_storm(options)
         if options["workload"] == "fanout":
@@ -573,6 +590,51 @@ class Command(BaseCommand):
             write(
                 f"  {f.shape:<8}{f.jobs:>8,}{f.enqueue_seconds:>11.2f}{f.drain_per_s:>14,.0f}"
                 f"{ratio:>10}{per_job:>11}{wait:>15}{step:>9}"
+            )
+
+    def keys(self, options: dict[str, Any]) -> None:
+        from outbox_bench import keys
+
+        write = self.stdout.write
+        write(
+            f"outbox_bench keys, {connection.vendor}: {options['jobs']:,} jobs over "
+            f"{options['keys']:,} keys (concurrency_limit=1) against the same jobs without keys; "
+            f"{options['processes']} runworker processes x {options['concurrency']} threads, "
+            f"medians of {options['rounds']} interleaved rounds"
+        )
+        drained = keys.drain(
+            jobs=options["jobs"],
+            keys=options["keys"],
+            rounds=options["rounds"],
+            processes=options["processes"],
+            concurrency=options["concurrency"],
+        )
+        self.results["figures"]["drain"] = [asdict(f) for f in drained]
+        unkeyed = drained[0].drain_per_s
+        header = f"{'shape':<9}{'enqueue s':>11}{'drain jobs/s':>14}{'of unkeyed':>12}"
+        write(f"  {header}{'stmts/job':>11}")
+        for f in drained:
+            per_job = "-" if f.statements_per_job is None else f"{f.statements_per_job:.3f}"
+            write(
+                f"  {f.shape:<9}{f.enqueue_seconds:>11.2f}{f.drain_per_s:>14,.0f}"
+                f"{f.drain_per_s / unkeyed:>12.0%}{per_job:>11}"
+            )
+        write(
+            f"claims of {options['others']:,} other jobs, {options['batch']} at a time, with and "
+            f"without {options['stuck']:,} jobs held behind one busy key"
+        )
+        claims = keys.claims_behind_a_busy_key(
+            stuck=options["stuck"],
+            others=options["others"],
+            batch=options["batch"],
+            rounds=options["rounds"],
+        )
+        self.results["figures"]["claims"] = [asdict(c) for c in claims]
+        write(f"  {'held':>8}{'claims':>8}{'stmts/claim':>13}{'ms/claim':>10}")
+        for c in claims:
+            write(
+                f"  {c.stuck:>8,}{c.claims:>8}{c.statements_per_claim:>13.2f}"
+                f"{c.ms_per_claim:>10.2f}"
             )
 
     def retry_storm(self, options: dict[str, Any]) -> None:

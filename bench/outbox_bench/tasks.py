@@ -59,3 +59,19 @@ def contend_on_a_ladder(context: Any, hold_ms: float) -> None:
     except Contended as exc:
         delay = min(1.0, 0.01 * 2 ** (context.attempt - 1))
         raise RetryAt(timezone.now() + timedelta(seconds=delay), str(exc)) from exc
+
+
+def _first_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    return str(args[0])
+
+
+@task(concurrency_key=_first_argument)  # type: ignore[call-overload]
+def keyed_noop(key: str) -> None:
+    """A no-op whose first argument is its concurrency key (limit 1)."""
+    return None
+
+
+@task()
+def unkeyed_noop(key: str) -> None:
+    """The same no-op without a key: what ``keyed_noop`` is compared with."""
+    return None

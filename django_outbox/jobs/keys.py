@@ -14,8 +14,8 @@ transactions the second waits for the first, then counts what the first committe
 turn is lost and none is given twice. Keys are locked in sorted order.
 
 Statements per call, whatever the number of jobs and keys (up to 500 keys each): the
-lock, one count of the keys' turns, one read of the held jobs to queue (one branch per
-key, each reading no further than the jobs it takes), one UPDATE.
+lock, one count of the keys' turns, one read of the held jobs to queue (for each key, no
+further than the jobs it takes), one UPDATE.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from django.db.models import Count, Exists, F, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from django_outbox.db import named
+from django_outbox.db import dialect, named
 from django_outbox.jobs.returning import update_returning
 from django_outbox.models import Job, JobStatus, LimitKey
 from django_outbox.models.jobs import TURN_STATUSES
@@ -138,6 +138,17 @@ def _oldest_held(using: str, free: dict[str, int]) -> list[int]:
     connection = connections[using]
     quote = connection.ops.quote_name
     table = quote(Job._meta.db_table)
+    if dialect(using).array_parameters:
+        # One plan for any number of keys, where a UNION of 500 branches took PostgreSQL
+        # longer to plan (130 ms) than to run.
+        sql = (
+            "SELECT h.id FROM unnest(%s::text[], %s::int[]) AS k(key, n) CROSS JOIN LATERAL "
+            f"(SELECT id FROM {table} WHERE limit_key = k.key "
+            f"AND status = '{JobStatus.HELD.value}' ORDER BY id LIMIT k.n) AS h"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(named("key-held", sql), [list(free), list(free.values())])
+            return [row[0] for row in cursor.fetchall()]
     branch = (
         f"SELECT id FROM (SELECT id FROM {table} WHERE limit_key = %s "
         f"AND status = '{JobStatus.HELD.value}' ORDER BY id LIMIT %s) AS h{{n}}"

@@ -18,6 +18,10 @@ from django_outbox.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_outbox.worker")
 
+#: The sweep of keys with a free turn nobody gave (``keys.sweep``): a safety net, run with
+#: the stalled check but not more often than this.
+SWEEP_SECONDS = 30.0
+
 
 class Maintenance:
     def __init__(
@@ -50,6 +54,7 @@ class Maintenance:
         self.waker: Waker | None = None
         self._next_heartbeat = 0.0
         self._next_rescue = 0.0
+        self._next_sweep = 0.0
 
     def due_at(self) -> float:
         return min(self._next_heartbeat, self._next_rescue)
@@ -97,6 +102,10 @@ class Maintenance:
         rescued = self.db.run(leases.rescue_expired)
         if rescued and rescued.requeued:
             self.found_work()
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + max(self.settings.STALLED_CHECK_SECONDS, SWEEP_SECONDS)
         admitted = self.db.run(keys.sweep)
         if admitted:
             self.found_work()
