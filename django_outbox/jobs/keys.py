@@ -221,3 +221,19 @@ def sweep(now: datetime | None = None) -> int:
         .values_list("key", flat=True)[:1000]
     )
     return admit(using, list(found), now)
+
+
+def held_behind_running(queues: list[str], backend: str = "default") -> bool:
+    """Whether a job of ``queues`` is held behind a key that has a running job (whose end
+    gives it its turn). For a burst worker deciding whether to leave."""
+    running = Job.objects.filter(status=JobStatus.RUNNING, limit_key__isnull=False)
+    return (
+        Job.objects.using(router.db_for_write(Job))
+        .filter(
+            status=JobStatus.HELD,
+            queue__in=queues,
+            backend=backend,
+            limit_key__in=running.values("limit_key"),
+        )
+        .exists()
+    )

@@ -129,10 +129,13 @@ class Completer:
             freed = Counter(o.job.queue for o in batch if o.job.queue in self.limited_queues)
             if freed:
                 self.freed(freed)
-        if any(o.job.workflow_id is not None and o.ends_job for o in batch):
-            # Workflow steps ended: the steps they queued are due now. Look for them at
-            # once, not at the next poll (a wake-up reaches other workers; this one may be
-            # polling).
+        if any(
+            (o.job.workflow_id is not None or o.job.limit_key is not None) and o.ends_job
+            for o in batch
+        ):
+            # Workflow steps or jobs with keys ended: the steps or the next jobs of the keys
+            # they queued are due now. Look for them at once, not at the next poll (a
+            # wake-up reaches other workers; this one may be polling).
             self.requeued(timezone.now(), False)
         for outcome in batch:
             self._record(outcome)

@@ -363,8 +363,9 @@ class Worker:
             # Jobs this worker held back for a rate limit are part of its work.
             self.inbox.wait(min(pause, self.producer.latest_held - now))
             return False
-        if self.producer.due_behind_a_limit():
-            # Due jobs wait for room or a token in a limited queue: wait, not leave.
+        if self.producer.due_behind_a_limit() or self.producer.held_behind_a_running_key():
+            # Due jobs wait for room or a token in a limited queue, or for their key's
+            # turn: wait, not leave.
             self.inbox.wait(pause)
             return False
         logger.info("worker %s: nothing is due; leaving (burst)", self.id)

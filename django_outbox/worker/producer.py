@@ -24,7 +24,7 @@ from typing import Any
 from django.db import Error as DatabaseErrors
 from django.utils import timezone
 
-from django_outbox.jobs import claim
+from django_outbox.jobs import claim, keys
 from django_outbox.wake import Wake, Waker
 from django_outbox.worker.database import Database
 from django_outbox.worker.pool import Pool
@@ -238,6 +238,11 @@ class Producer:
             return False
         due = self.db.run(lambda: claim.next_due(limited, self.backend))
         return due is not None and due <= timezone.now()
+
+    def held_behind_a_running_key(self) -> bool:
+        """Whether a job of this worker's queues is held behind a key one of whose jobs is
+        running: its turn comes when that job ends, maybe in another worker."""
+        return bool(self.db.run(lambda: keys.held_behind_running(self.queues, self.backend)))
 
     def next_look_in(self) -> float:
         """Seconds until the producer's own timer (a burst worker's pause)."""
