@@ -424,3 +424,31 @@ def test_a_workflows_page_shows_its_steps_and_retries_it(
     page.click('button[name="index"]')
     assert "Steps to run again: 3." in page.inner_text(".messagelist")
     assert workflows.get(run.id).status == "running"
+
+
+def test_a_held_jobs_page_says_why_it_waits_with_links(page, live_server, screenshots):
+    """A sequence held by its failed job: the next job's page says so, links to the failed
+    job, and the failed job's page offers to retry it."""
+    Worker.objects.create(
+        id="web-1:4242:ab12cd", hostname="web-1", pid=4242, queues=["default"], concurrency=8
+    )
+    for n in range(3):
+        tasks.in_sequence.enqueue(1042, n)
+    first, second, _third = Job.objects.order_by("id")
+    from django_outbox.models import LimitKey
+
+    Job.objects.filter(pk=first.pk).update(
+        status=JobStatus.FAILED,
+        attempts=3,
+        finished_at=timezone.now(),
+        errors=[{"exception_class_path": "builtins.RuntimeError", "traceback": "RuntimeError"}],
+    )
+    LimitKey.objects.filter(key="sequence:order-1042").update(held_by=first.pk)
+    log_in(page, live_server, f"/admin/django_outbox/job/{second.pk}/change/")
+    reasons = page.locator(".outbox-reasons")
+    assert reasons.is_visible()
+    assert "Its sequence 'order-1042' is held by a job that failed" in reasons.inner_text()
+    page.screenshot(path=str(screenshots / "why_waiting.png"))
+    reasons.locator("a").first.click()
+    page.wait_for_url(f"{live_server.url}/admin/django_outbox/job/{first.pk}/change/")
+    assert page.locator('input[name="_retry"]').first.is_visible()
