@@ -31,6 +31,7 @@ from django_outbox.models import (
     DeliveryStatus,
     EndpointHour,
     Job,
+    LimitKey,
     Message,
     Workflow,
     WorkflowEdge,
@@ -143,7 +144,12 @@ def _prune_jobs(
     pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
 ) -> None:
     sql = _Sql(Job)
-    where = f"status IN ({_status_list(statuses)}) AND finished_at < %s AND workflow_id IS NULL"
+    # A failed job holding its sequence stays until it is retried or skipped (jobs/keys.py).
+    holding = f"SELECT held_by FROM {sql.table(LimitKey)} WHERE held_by IS NOT NULL"
+    where = (
+        f"status IN ({_status_list(statuses)}) AND finished_at < %s AND workflow_id IS NULL "
+        f"AND id NOT IN ({holding})"
+    )
     while deleted := sql.delete_chunk(Job, where, [sql.datetime(cutoff)], order="finished_at"):
         pruned.counts["jobs"] += deleted
         report(pruned)
@@ -252,9 +258,11 @@ def _prune_hours(pruned: Pruned, cutoff: datetime, report: Callable[[Pruned], No
 
 
 def _count(pruned: Pruned, cutoff: datetime, statuses: list[str]) -> None:
-    pruned.counts["jobs"] = Job.objects.filter(
-        status__in=statuses, finished_at__lt=cutoff, workflow_id=None
-    ).count()
+    pruned.counts["jobs"] = (
+        Job.objects.exclude(id__in=LimitKey.objects.filter(held_by__isnull=False).values("held_by"))
+        .filter(status__in=statuses, finished_at__lt=cutoff, workflow_id=None)
+        .count()
+    )
     workflows = Workflow.objects.filter(status__in=statuses, finished_at__lt=cutoff)
     pruned.counts["workflows"] = workflows.count()
     pruned.counts["jobs"] += Job.objects.filter(

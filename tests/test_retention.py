@@ -192,3 +192,15 @@ def test_a_worker_with_retention_prunes_on_its_own(settings):
         worker.request_stop("test done")
         thread.join(10)
         stop_pool(worker.pool)
+
+
+def test_a_failed_job_holding_its_sequence_is_kept_until_retried_or_skipped():
+    from django_outbox.models import LimitKey
+
+    holder = job(JobStatus.FAILED, 10)
+    other = job(JobStatus.FAILED, 10)
+    LimitKey.objects.create(key="sequence:order-1", held_by=holder.pk, updated_at=timezone.now())
+    assert "1 job" in prune("--older-than", "7d", "--dry-run")
+    assert "1 job" in prune("--older-than", "7d")
+    assert list(Job.objects.values_list("pk", flat=True)) == [holder.pk]
+    assert not Job.objects.filter(pk=other.pk).exists()
