@@ -25,6 +25,9 @@ class Dialect(ABC):
     insert_returning: bool = True
     #: ``LISTEN``/``NOTIFY``: commits wake workers through the database itself.
     listen_notify: bool
+    #: ``SELECT MIN(id) … GROUP BY key`` over an index on (key, status, id) reads one entry
+    #: per key ("Using index for group-by"), not every row of each key.
+    loose_index_scan: bool = False
     #: ``epoch_seconds()``: the server's own clock, which times every worker alike whichever
     #: machine it runs on. Without it (an embedded database) statements take the time as
     #: a parameter.

@@ -26,6 +26,7 @@ class MariaDB(Dialect):
     array_parameters = False
     skip_locked = True
     update_returning = False
+    loose_index_scan = True
     listen_notify = False
     server_clock = True
 
