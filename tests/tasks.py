@@ -377,3 +377,11 @@ def per_tenant(context: TaskContext, tenant: int, n: int) -> int:
     """At most five runs a second per tenant."""
     _record(context, f"{tenant}:{n}", 0.0)
     return n
+
+
+@task(takes_context=True, sequence_key=_order, max_attempts=5, backoff_base=0.01, backoff_cap=0.05)
+def in_sequence_slow_first(context: TaskContext, order: int, n: int, seconds: float) -> int:
+    """A step of ``in_sequence``'s orders (the same key) whose first run takes ``seconds``
+    (long enough to kill its worker during it) and whose later runs take none."""
+    _record(context, f"{order}:{n}", seconds if context.attempt == 1 else 0.0)
+    return n
