@@ -916,3 +916,24 @@ def test_workflows_drains_a_chord_and_a_chain_beside_plain_jobs_through_runworke
     assert shapes["chord"]["callback_wait_ms"] >= 0
     assert shapes["chain"]["ms_per_step"] > 0 and "of plain" in out
     assert not Job.objects.exists() and not Workflow.objects.exists()
+
+
+def test_keys_drains_keyed_jobs_beside_unkeyed_ones_and_times_claims_behind_a_busy_key(
+    capsys, tmp_path
+):
+    call_command(
+        "outbox_bench", "keys", "--jobs", "60", "--keys", "6", "--stuck", "200", "--others",
+        "30", "--batch", "10", "--rounds", "1", "--processes", "1", "--concurrency", "2",
+        "--json", str(tmp_path / "keys.json"),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = _bench_json(tmp_path / "keys.json")
+    drains = {f["shape"]: f for f in figures["drain"]}
+    assert (drains["unkeyed"]["keys"], drains["keyed"]["keys"]) == (0, 6)
+    assert all(f["drain_per_s"] > 0 for f in drains.values())
+    claims = {c["rows"]: c for c in figures["claims"]}
+    assert [c["claims"] for c in claims.values()] == [3, 3, 3]  # 30 jobs, 10 at a time
+    # The held jobs are out of the claim's way: it sends the same statements.
+    assert claims["held"]["statements_per_claim"] == claims["none"]["statements_per_claim"]
+    assert "of unkeyed" in out and "200 held" in out
+    assert not Job.objects.exists()

@@ -630,11 +630,11 @@ class Command(BaseCommand):
             rounds=options["rounds"],
         )
         self.results["figures"]["claims"] = [asdict(c) for c in claims]
-        write(f"  {'held':>8}{'claims':>8}{'stmts/claim':>13}{'ms/claim':>10}")
+        write(f"  {'other rows':<18}{'claims':>8}{'stmts/claim':>13}{'ms/claim':>10}")
         for c in claims:
+            rows = "none" if c.rows == "none" else f"{c.stuck:,} {c.rows}"
             write(
-                f"  {c.stuck:>8,}{c.claims:>8}{c.statements_per_claim:>13.2f}"
-                f"{c.ms_per_claim:>10.2f}"
+                f"  {rows:<18}{c.claims:>8}{c.statements_per_claim:>13.2f}{c.ms_per_claim:>10.2f}"
             )
 
     def retry_storm(self, options: dict[str, Any]) -> None:

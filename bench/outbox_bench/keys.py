@@ -19,6 +19,7 @@ from pathlib import Path
 from django.db import connection
 from django.db.models import Count, Max, Min, Q
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 import django_outbox
 from django_outbox.jobs.claim import claim
@@ -40,6 +41,9 @@ class Drain:
 
 @dataclass(frozen=True, slots=True)
 class Claims:
+    #: "none", "held" (behind one busy key) or "finished" (the same rows, ended: what a
+    #: table that size costs a claim anyway).
+    rows: str
     stuck: int
     claims: int
     statements_per_claim: float
@@ -118,19 +122,24 @@ def drain(
     return found
 
 
-def _claims_round(stuck: int, others: int, batch: int, queue: str) -> Claims:
+def _claims_round(rows: str, stuck: int, others: int, batch: int, queue: str) -> Claims:
     """Claim ``others`` plain jobs ``batch`` at a time, with ``stuck`` jobs held behind one
-    busy key (enqueued first, so they are older and would come first in a queue's order)."""
+    busy key (enqueued first, so they are older and would come first in a queue's order),
+    the same rows finished, or none."""
     from outbox_bench.tasks import keyed_noop, unkeyed_noop
 
     _clear()
-    if stuck:
+    if rows != "none":
         busy = keyed_noop.using(queue_name=queue)
         django_outbox.enqueue_many(busy, [(("bench-busy",), {})] * (stuck + 1))
         # The one whose turn it is runs (a long job, say): the rest wait behind it.
         Job.objects.filter(task_path=busy.module_path, status=JobStatus.QUEUED).update(
             status=JobStatus.RUNNING
         )
+        if rows == "finished":
+            Job.objects.filter(task_path=busy.module_path).update(
+                status=JobStatus.SUCCEEDED, finished_at=timezone.now()
+            )
     plain = unkeyed_noop.using(queue_name=queue)
     django_outbox.enqueue_many(plain, [(("other",), {})] * others)
     statements = claims = 0
@@ -145,26 +154,35 @@ def _claims_round(stuck: int, others: int, batch: int, queue: str) -> Claims:
         claims += 1
         statements += len(queries)
     _clear()
-    return Claims(stuck, claims, statements / max(claims, 1), seconds * 1000 / max(claims, 1))
+    return Claims(
+        rows,
+        stuck if rows != "none" else 0,
+        claims,
+        statements / max(claims, 1),
+        seconds * 1000 / max(claims, 1),
+    )
 
 
 def claims_behind_a_busy_key(
     *, stuck: int, others: int, batch: int, rounds: int, queue: str = "default"
 ) -> list[Claims]:
-    """Interleaved rounds without and with ``stuck`` held jobs; the medians of each."""
-    seen: dict[int, list[Claims]] = {0: [], stuck: []}
+    """Interleaved rounds without other rows, with ``stuck`` held jobs, and with as many
+    finished ones; the medians of each."""
+    kinds = ["none", "held", "finished"]
+    seen: dict[str, list[Claims]] = {kind: [] for kind in kinds}
     try:
         for number in range(rounds):
-            for count in (0, stuck) if number % 2 == 0 else (stuck, 0):
-                seen[count].append(_claims_round(count, others, batch, queue))
+            for kind in kinds if number % 2 == 0 else list(reversed(kinds)):
+                seen[kind].append(_claims_round(kind, stuck, others, batch, queue))
     finally:
         _clear()
     return [
         Claims(
-            stuck=count,
+            rows=kind,
+            stuck=runs[0].stuck,
             claims=runs[0].claims,
             statements_per_claim=statistics.median(r.statements_per_claim for r in runs),
             ms_per_claim=statistics.median(r.ms_per_claim for r in runs),
         )
-        for count, runs in seen.items()
+        for kind, runs in seen.items()
     ]
