@@ -143,17 +143,9 @@ def _oldest_held(using: str, free: dict[str, int]) -> list[tuple[int, str, datet
     table = quote(Job._meta.db_table)
     held = f"status = '{JobStatus.HELD.value}'"
     statements: list[tuple[str, list[Any]]] = []
-    if dialect(using).array_parameters:
-        # One plan for any number of keys, where a UNION of 500 branches took PostgreSQL
-        # longer to plan (130 ms) than to run.
-        statements.append(
-            (
-                "SELECT h.id, h.queue, h.run_at FROM unnest(%s::text[], %s::int[]) AS k(key, n) "
-                f"CROSS JOIN LATERAL (SELECT id, queue, run_at FROM {table} "
-                f"WHERE limit_key = k.key AND {held} ORDER BY id LIMIT k.n) AS h",
-                [list(free), list(free.values())],
-            )
-        )
+    per_key = dialect(using).first_per_key(table, "id, queue, run_at", "limit_key", held)
+    if per_key is not None:
+        statements.append((per_key, [list(free), list(free.values())]))
         free = {}
     elif dialect(using).loose_index_scan:
         # The oldest held job of each key with one turn free, one index entry per key (a
