@@ -295,6 +295,11 @@ class Worker:
         now = time.monotonic()
         if not pauses.stale(now) or not (pauses.paused or self.producer.has_room):
             return
+        if self.db.failures:
+            # What was known last holds while the database fails: a read that succeeds
+            # would say it is reachable again when the claim is what fails (a burst
+            # worker counts those failures to know when to give up).
+            return
         resumed = pauses.refresh(now)
         self.producer.queues = pauses.running
         if resumed:  # look now, and ask again when the next delayed job falls due
