@@ -211,8 +211,8 @@ def hold(using: str, key: str, job_id: int) -> None:
 
 
 def let_go(using: str, job_ids: Iterable[int], now: datetime) -> int:
-    """Sequences held by ``job_ids`` go on (the job was skipped, or is about to be retried
-    and takes its turn again); returns how many jobs were queued."""
+    """Sequences held by ``job_ids`` go on without them (they were skipped); returns how
+    many jobs were queued."""
     rows = list(LimitKey.objects.using(using).filter(held_by__in=list(job_ids)))
     if not rows:
         return 0

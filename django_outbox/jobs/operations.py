@@ -68,7 +68,10 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
                     )
                 )
                 if limit_key and again == JobStatus.HELD:
-                    keys.let_go(using, [pk], now)
+                    # Its key is locked above: a sequence it held goes on with it, once.
+                    LimitKey.objects.using(using).filter(key=limit_key, held_by=pk).update(
+                        held_by=None
+                    )
                     keys.admit(using, [limit_key], now)
                 else:
                     notify_on_commit([(queue, now)], using)
