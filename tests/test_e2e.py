@@ -213,8 +213,11 @@ def test_delayed_and_prioritised_jobs_run_in_order_and_not_early(start_worker):
     wait_until(lambda: Worker.objects.exists(), what="the worker to start")
     now = timezone.now()
     with transaction.atomic():
-        low = tasks.record_run.using(priority=-10).enqueue("low")
-        high = tasks.record_run.using(priority=10).enqueue("high")
+        # Both due from the same instant: a claim that began between two enqueues of this
+        # transaction (on SQLite it then waits for the write lock) takes only the jobs due
+        # at its instant, and `high`, enqueued a moment later, would not yet be one of them.
+        low = tasks.record_run.using(priority=-10, run_after=now).enqueue("low")
+        high = tasks.record_run.using(priority=10, run_after=now).enqueue("high")
         soon = tasks.record_run.using(priority=-20, run_after=now + timedelta(seconds=0.7))
         soon = soon.enqueue("soon")
         later = tasks.record_run.using(priority=-20, run_after=now + timedelta(seconds=1.5))
