@@ -33,12 +33,6 @@ class Dialect(ABC):
     #: a parameter.
     server_clock: bool
 
-    def first_per_key(self, table: str, columns: str, key: str, where: str) -> str | None:
-        """The first rows by id of each key, in one statement whose parameters are the keys
-        (an array) and how many rows of each (an array), where arrays are parameters; None
-        where they are not (the caller spells out a branch per key)."""
-        return None
-
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"
 

@@ -33,16 +33,6 @@ class PostgreSQL(Dialect):
         names = ", ".join(name for name, _element in columns)
         return f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({names}) WHERE {where}"
 
-    def first_per_key(self, table: str, columns: str, key: str, where: str) -> str | None:
-        # One plan for any number of keys: a UNION of 500 branches took longer to plan
-        # (130 ms) than to run.
-        selected = ", ".join(f"h.{column.strip()}" for column in columns.split(","))
-        return (
-            f"SELECT {selected} FROM unnest(%s::text[], %s::int[]) AS k(key, n) CROSS JOIN "
-            f"LATERAL (SELECT {columns} FROM {table} WHERE {key} = k.key AND {where} "
-            "ORDER BY id LIMIT k.n) AS h"
-        )
-
     def id_in_subquery(self, column: str, select: str) -> str:
         # "= ANY(ARRAY(…))" runs the SELECT first, then finds its rows by primary key; with
         # "IN (SELECT …)" the planner may hash-join the whole table instead.
