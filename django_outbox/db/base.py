@@ -128,6 +128,18 @@ class Dialect(ABC):
         the database has no row locks)."""
         return " FOR UPDATE SKIP LOCKED" if self.skip_locked else ""
 
+    def lock_suffix(self) -> str:
+        """What ends a SELECT that locks its rows until the transaction ends ("" when the
+        database has no row locks: SQLite's IMMEDIATE transaction holds the whole file)."""
+        return " FOR UPDATE" if self.skip_locked else ""
+
+    def admit_held(self, jobs: str, keys: str, turns: str, held: str, queued: str) -> str | None:
+        """One statement that, for the keys given as its one parameter (an array), counts
+        each key's turns (jobs whose status is in ``turns``) against its limit and moves its
+        oldest ``held`` jobs up to the free turns to ``queued``, returning (id, queue, run_at);
+        None where arrays are not parameters (the caller counts, reads and updates)."""
+        return None
+
     def delete_chunk(self, table: str, where: str, order: str, most: int) -> str:
         """DELETE the first ``most`` rows of ``table`` matching ``where`` by ``order``,
         passing over rows another transaction holds where the database can."""

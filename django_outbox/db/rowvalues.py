@@ -141,6 +141,13 @@ def among(using: str, column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
     return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
+def among_texts(using: str, column: str, texts: Sequence[str]) -> tuple[str, list[Any]]:
+    """``column`` is one of ``texts``: as ``among()``, for texts."""
+    if dialect(using).array_parameters:
+        return f"{column} = ANY(%s::text[])", [quoted_array_literal(texts)]
+    return f"{column} IN ({', '.join(['%s'] * len(texts))})", list(texts)
+
+
 def array_literal(values: Sequence[int | datetime | None]) -> str:
     """A PostgreSQL array of whole numbers or times, written as its text form: ``{1,2,NULL}``.
 

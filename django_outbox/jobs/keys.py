@@ -35,7 +35,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_outbox.db import dialect, named
-from django_outbox.db.rowvalues import among, quoted_array_literal
+from django_outbox.db.rowvalues import among, among_texts
 from django_outbox.jobs.returning import returned_values
 from django_outbox.models import Job, JobStatus, LimitKey
 from django_outbox.models.jobs import TURN_STATUSES
@@ -121,22 +121,23 @@ def _admit(using: str, keys: list[str]) -> list[tuple[int, str, datetime]]:
     committed (a turn taken, a job queued) must be counted."""
     connection = connections[using]
     quote = connection.ops.quote_name
-    where, params = _among_keys(using, quote("key"), keys)
-    locking = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    where, params = among_texts(using, quote("key"), keys)
+    sql_dialect = dialect(using)
     with connection.cursor() as cursor:
         cursor.execute(
             named(
                 "key-lock",
                 f"SELECT {quote('key')}, {quote('limit')}, held_by "
                 f"FROM {quote(LimitKey._meta.db_table)} WHERE {where} "
-                f"ORDER BY {quote('key')}{locking}",
+                f"ORDER BY {quote('key')}{sql_dialect.lock_suffix()}",
             ),
             params,
         )
         rows = cursor.fetchall()
-        if dialect(using).array_parameters:
+        in_one = _admit_sql(using)
+        if in_one is not None:
             # The free turns, the jobs to queue and their UPDATE in one statement.
-            cursor.execute(named("key-admit", _admit_sql(using)), params)
+            cursor.execute(named("key-admit", in_one), params)
             decode = returned_values(connection, Job, ["id", "queue", "run_at"])
             return [tuple(decode(row)) for row in cursor.fetchall()]
     free = _free_turns(using, {key: (limit, held_by) for key, limit, held_by in rows})
@@ -158,13 +159,6 @@ def _admit(using: str, keys: list[str]) -> list[tuple[int, str, datetime]]:
     return found
 
 
-def _among_keys(using: str, column: str, keys: list[str]) -> tuple[str, list[Any]]:
-    """``column`` is one of ``keys``: one array parameter where arrays are parameters."""
-    if dialect(using).array_parameters:
-        return f"{column} = ANY(%s::text[])", [quoted_array_literal(keys)]
-    return f"{column} IN ({', '.join(['%s'] * len(keys))})", list(keys)
-
-
 def _free_turns(using: str, rows: dict[str, tuple[int, int | None]]) -> dict[str, int]:
     """How many turns each key has free: its limit less its queued and running jobs; none
     while a failed job holds its sequence."""
@@ -172,7 +166,7 @@ def _free_turns(using: str, rows: dict[str, tuple[int, int | None]]) -> dict[str
     if not open_keys:
         return {}
     connection = connections[using]
-    where, params = _among_keys(using, "limit_key", open_keys)
+    where, params = among_texts(using, "limit_key", open_keys)
     statuses = ", ".join(f"'{status.value}'" for status in TURN_STATUSES)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -192,25 +186,15 @@ def _free_turns(using: str, rows: dict[str, tuple[int, int | None]]) -> dict[str
 
 
 @lru_cache(maxsize=8)
-def _admit_sql(using: str) -> str:
-    """PostgreSQL's admission after the lock: each key's free turns, its oldest held jobs
-    up to those (one index range per key, whatever waits behind them), queued and
-    returned, in one statement whose one parameter is the keys (an array)."""
+def _admit_sql(using: str) -> str | None:
+    """The dialect's admission in one statement, after the lock (None: four statements)."""
     quote = connections[using].ops.quote_name
-    jobs = quote(Job._meta.db_table)
-    statuses = ", ".join(f"'{status.value}'" for status in TURN_STATUSES)
-    held = f"'{JobStatus.HELD.value}'"
-    return (
-        f'WITH free AS (SELECT k.key, k."limit" - (SELECT COUNT(*) FROM {jobs} AS t '
-        f"WHERE t.limit_key = k.key AND t.status IN ({statuses})) AS n "
-        f"FROM {quote(LimitKey._meta.db_table)} AS k "
-        "WHERE k.key = ANY(%s::text[]) AND k.held_by IS NULL), "
-        f"picked AS (SELECT h.id FROM free CROSS JOIN LATERAL (SELECT id FROM {jobs} "
-        f"WHERE limit_key = free.key AND status = {held} ORDER BY id "
-        "LIMIT GREATEST(free.n, 0)) AS h) "
-        f"UPDATE {jobs} SET status = '{JobStatus.QUEUED.value}' FROM picked "
-        f"WHERE {jobs}.id = picked.id AND {jobs}.status = {held} "
-        f"RETURNING {jobs}.id, {jobs}.queue, {jobs}.run_at"
+    return dialect(using).admit_held(
+        jobs=quote(Job._meta.db_table),
+        keys=quote(LimitKey._meta.db_table),
+        turns=", ".join(f"'{status.value}'" for status in TURN_STATUSES),
+        held=f"'{JobStatus.HELD.value}'",
+        queued=f"'{JobStatus.QUEUED.value}'",
     )
 
 
