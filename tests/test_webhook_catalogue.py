@@ -95,12 +95,13 @@ BAD_CATALOGUES: list[tuple[str, Any, str]] = [
      f"{W}['invoice.paid']['example'] must be a JSON value (Object of type set is not JSON "
      "serializable)."),
     ("a schema that is a string", {"invoice.paid": {"description": "x", "example": {},
-     "schema": "object"}}, f"{W}['invoice.paid']['schema'] must be a JSON Schema (a dict), not str."),
+     "schema": "object"}},
+     f"{W}['invoice.paid']['schema'] must be a JSON Schema (a dict), not str."),
     ("a schema that is no JSON Schema", {"invoice.paid": {"description": "x", "example": {},
      "schema": {"type": "objet"}}},
      f"{W}['invoice.paid']['schema']['type'] is not a valid JSON Schema: 'objet' is not valid"),
-    ("an example its schema refuses", {"invoice.paid": {"description": "x", "example": {"id": "7", "amount": "1.00"},
-     "schema": INVOICE_SCHEMA}},
+    ("an example its schema refuses", {"invoice.paid": {"description": "x",
+     "example": {"id": "7", "amount": "1.00"}, "schema": INVOICE_SCHEMA}},
      f"{W}['invoice.paid']['example'] does not match its own schema: at $.id, '7' is not of "
      "type 'integer'."),
     ("an example with a bad date", {"invoice.paid": {"description": "x",
@@ -249,9 +250,11 @@ BAD_PAYLOADS: list[tuple[str, Any, str]] = [
     ("payload", "says"), [c[1:] for c in BAD_PAYLOADS], ids=[c[0] for c in BAD_PAYLOADS]
 )
 def test_a_payload_its_schema_refuses_is_a_clear_error_and_sends_nothing(stored, payload, says):
-    with outbox(EVENT_TYPES=CATALOGUE, VALIDATE_PAYLOADS=True):
-        with pytest.raises(ValidationError) as caught:
-            webhooks.send("invoice.paid", payload)
+    with (
+        outbox(EVENT_TYPES=CATALOGUE, VALIDATE_PAYLOADS=True),
+        pytest.raises(ValidationError) as caught,
+    ):
+        webhooks.send("invoice.paid", payload)
     assert caught.value.messages == [
         "The payload of 'invoice.paid' does not match its schema in "
         f"OUTBOX['WEBHOOKS']['EVENT_TYPES']: {says}. Nothing was sent."
@@ -260,9 +263,11 @@ def test_a_payload_its_schema_refuses_is_a_clear_error_and_sends_nothing(stored,
 
 
 def test_every_problem_is_named_at_once():
-    with outbox(EVENT_TYPES=CATALOGUE, VALIDATE_PAYLOADS=True):
-        with pytest.raises(ValidationError) as caught:
-            webhooks.send("invoice.paid", {"id": "7", "amount": 12})
+    with (
+        outbox(EVENT_TYPES=CATALOGUE, VALIDATE_PAYLOADS=True),
+        pytest.raises(ValidationError) as caught,
+    ):
+        webhooks.send("invoice.paid", {"id": "7", "amount": 12})
     assert caught.value.messages[0].endswith(
         "at $.amount: 12 is not of type 'string'; at $.id: '7' is not of type 'integer'. "
         "Nothing was sent."

@@ -144,7 +144,11 @@ def test_a_bad_header_is_refused_and_changes_nothing(stored, headers, says):
 
 
 def test_headers_that_are_allowed_are_kept_as_given():
-    headers = {"Authorization": "Bearer a.b-c_d~e+f/g=", "X-Trace": "a\tb", "x-odd!#$%&'*+.^`|~": "v"}
+    headers = {
+        "Authorization": "Bearer a.b-c_d~e+f/g=",
+        "X-Trace": "a\tb",
+        "x-odd!#$%&'*+.^`|~": "v",
+    }
     endpoint = webhooks.create_endpoint("https://hooks.example.com/in", headers=headers)
     endpoint.refresh_from_db()
     assert endpoint.headers == headers

@@ -128,6 +128,30 @@ class EndpointForm(forms.ModelForm):
         return scheme
 
 
+#: The endpoint page's fields, in order; all but the form's are read-only.
+_ENDPOINT_FIELDS: list[str] = [
+    "url",
+    "tenant",
+    "description",
+    "event_types",
+    "signature_scheme",
+    "verifies_with",
+    "masked_secret",
+    "masked_previous_secret",
+    "previous_secret_expires_at",
+    "headers",
+    "active",
+    "disabled_reason",
+    "disabled_at",
+    "timeout",
+    "rate_limit",
+    "failing_since",
+    "consecutive_failures",
+    "created_at",
+    "deliveries",
+]
+
+
 @admin.register(Endpoint)
 class EndpointAdmin(ReadOnlyAdmin):
     list_display = ["address", "tenant_name", "state", "event_type_patterns", "failures"]
@@ -139,28 +163,8 @@ class EndpointAdmin(ReadOnlyAdmin):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     # The secrets are shown once, when created or rotated: here only masked. A v1a
     # endpoint's public key is no secret: it is shown.
-    fields = [
-        "url",
-        "tenant",
-        "description",
-        "event_types",
-        "signature_scheme",
-        "verifies_with",
-        "masked_secret",
-        "masked_previous_secret",
-        "previous_secret_expires_at",
-        "headers",
-        "active",
-        "disabled_reason",
-        "disabled_at",
-        "timeout",
-        "rate_limit",
-        "failing_since",
-        "consecutive_failures",
-        "created_at",
-        "deliveries",
-    ]
-    readonly_fields = [name for name in fields if name not in EndpointForm.Meta.fields]
+    fields = tuple(_ENDPOINT_FIELDS)
+    readonly_fields = [f for f in _ENDPOINT_FIELDS if f not in EndpointForm.Meta.fields]
     actions = ["enable", "disable", "rotate_secret", "send_test_event", "recover"]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

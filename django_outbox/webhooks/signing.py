@@ -56,7 +56,7 @@ class InvalidSecret(ValueError):
     @classmethod
     def because(cls, detail: str) -> InvalidSecret:
         """The docstring's sentence with ``detail`` inside it: "… bytes (it holds 16 bytes)."."""
-        return cls(f"{(cls.__doc__ or '').removesuffix('.')} ({detail}).")
+        return cls(f"{_sentence(cls.__doc__).removesuffix('.')} ({detail}).")
 
 
 class InvalidKey(InvalidSecret):
@@ -165,7 +165,7 @@ def _ed25519() -> Any:
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise SchemeUnavailable(SchemeUnavailable.__doc__) from None
+        raise SchemeUnavailable(_sentence(SchemeUnavailable.__doc__)) from None
     return ed25519
 
 
@@ -271,6 +271,11 @@ def _checker(key: str) -> Any:
         return hmac.compare_digest(value.encode(), expected)
 
     return check_v1
+
+
+def _sentence(doc: str | None) -> str:
+    """A docstring as one line."""
+    return " ".join((doc or "").split())
 
 
 def _describe(value: object, prefix: str = PREFIX) -> str:
