@@ -152,3 +152,27 @@ def test_headers_that_are_allowed_are_kept_as_given():
     endpoint = webhooks.create_endpoint("https://hooks.example.com/in", headers=headers)
     endpoint.refresh_from_db()
     assert endpoint.headers == headers
+
+
+def test_an_endpoint_inserted_without_the_new_columns_is_v1_without_headers(
+    receiver, webhook_worker
+):
+    """As code older than migration 0015 inserts one during a rolling upgrade."""
+    from django.db import connection
+
+    table = connection.ops.quote_name(Endpoint._meta.db_table)
+    secret = webhooks.create_endpoint("https://hooks.example.com/x").secret
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (url, tenant, description, event_types, secret, "
+            "previous_secret, active, disabled_reason, consecutive_failures, created_at) "
+            f"VALUES (%s, 'old', '', '[]', %s, '', %s, '', 0, CURRENT_TIMESTAMP)",
+            [receiver.url(), secret, True],
+        )
+    endpoint = Endpoint.objects.get(tenant="old")
+    assert (endpoint.signature_scheme, endpoint.headers) == ("v1", {})
+    message = webhooks.send("invoice.paid", {"id": 1}, tenant="old")
+    webhook_worker()
+    assert settled(message)[0].status == DeliveryStatus.SUCCEEDED
+    (request,) = receiver.at("/hook")
+    assert Webhook(secret).verify(request.body, request.headers)["data"] == {"id": 1}
