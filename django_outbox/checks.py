@@ -8,7 +8,8 @@ E002  OUTBOX["WAKE"] = "postgres" while the jobs' database is not PostgreSQL
 E003  OUTBOX["WAKE"] = "redis" without a django-redis cache named OUTBOX["REDIS_ALIAS"]
 E004  OUTBOX["SCHEDULES"] is not a dict, or a schedule in it is invalid (cron, task path,
       time zone, arguments)
-E005  OUTBOX["WEBHOOKS"] is invalid (not a dict, an unknown key, a wrong value)
+E005  OUTBOX["WEBHOOKS"] is invalid (not a dict, an unknown key, a wrong value; an
+      EVENT_TYPES entry, schema or example that is wrong, or schemas without jsonschema)
 E006  OUTBOX["QUEUES"] is invalid: a queue's concurrency, rate or burst
 E007  OUTBOX["RETENTION"] is invalid (not None nor a dict, an unknown key, a wrong value)
 E008  OUTBOX["HEALTH"] is invalid (not a dict, an unknown key, a wrong value)

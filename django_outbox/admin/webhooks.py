@@ -24,7 +24,16 @@ from django_outbox import conf, webhooks
 from django_outbox.admin import display, lists, rounds
 from django_outbox.admin.jobs import ReadOnlyAdmin
 from django_outbox.lib.text import count, duration
-from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Message
+from django_outbox.models import (
+    Attempt,
+    Delivery,
+    DeliveryStatus,
+    Endpoint,
+    Message,
+    SignatureScheme,
+)
+from django_outbox.webhooks import headers as endpoint_headers
+from django_outbox.webhooks import signing
 
 
 def link(obj: Any, text: Any = None) -> SafeString:
@@ -66,6 +75,23 @@ def _skipped(disabled: int) -> str:
     return f"{count(disabled, 'disabled endpoint')} {'was' if disabled == 1 else 'were'} skipped."
 
 
+def _new_key_message(endpoint: Endpoint, grace: float | None = None) -> str:
+    """What a rotation gave the receiver to verify with, and how long the old key signs."""
+    if grace is None:
+        grace = conf.get().WEBHOOKS.ROTATION_GRACE_SECONDS
+    expires = endpoint.previous_secret_expires_at
+    previous = (
+        f"the previous one also signs for {duration(grace)}, "
+        f"until {timezone.localtime(expires):%Y-%m-%d %H:%M}"
+        if grace and expires is not None
+        else "the previous one signs no more"
+    )
+    key = webhooks.verification_key(endpoint)
+    if endpoint.signature_scheme == SignatureScheme.V1A:
+        return f"New public key of {endpoint.url} ({endpoint.signature_scheme}; {previous}): {key}"
+    return f"New secret of {endpoint.url} (shown once; {previous}): {key}"
+
+
 class RecoverForm(forms.Form):
     since = forms.DateTimeField(
         label="Resend the failed deliveries created since",
@@ -74,18 +100,96 @@ class RecoverForm(forms.Form):
     )
 
 
+class EndpointForm(forms.ModelForm):
+    """What the endpoint's page edits: its own headers and its signature scheme, checked as
+    ``webhooks.update_endpoint()`` checks them (the rest changes through the actions)."""
+
+    class Meta:
+        model = Endpoint
+        fields = ["signature_scheme", "headers"]
+        help_texts = {
+            "headers": 'Sent with every request, as a JSON object: {"X-Api-Key": "…"}. '
+            "Standard Webhooks' webhook-* headers and the request's own (content-type, "
+            "host …) are reserved.",
+            "signature_scheme": "A change is a rotation: a new key of the new scheme signs "
+            "from now on, the old one too for OUTBOX['WEBHOOKS']['ROTATION_GRACE_SECONDS'].",
+        }
+
+    def clean_headers(self) -> dict[str, str]:
+        return endpoint_headers.clean(self.cleaned_data.get("headers"))
+
+    def clean_signature_scheme(self) -> str:
+        scheme: str = self.cleaned_data["signature_scheme"]
+        if scheme not in webhooks.signature_schemes():
+            raise ValidationError(
+                f"The signature scheme {scheme!r} needs the cryptography package, which is "
+                f"not installed here: {signing.ED25519_INSTALL}."
+            )
+        return scheme
+
+
+#: The endpoint page's fields, in order; all but the form's are read-only.
+_ENDPOINT_FIELDS: list[str] = [
+    "url",
+    "tenant",
+    "description",
+    "event_types",
+    "signature_scheme",
+    "verifies_with",
+    "masked_secret",
+    "masked_previous_secret",
+    "previous_secret_expires_at",
+    "headers",
+    "active",
+    "disabled_reason",
+    "disabled_at",
+    "timeout",
+    "rate_limit",
+    "failing_since",
+    "consecutive_failures",
+    "created_at",
+    "deliveries",
+]
+
+
 @admin.register(Endpoint)
 class EndpointAdmin(ReadOnlyAdmin):
     list_display = ["address", "tenant_name", "state", "event_type_patterns", "failures"]
     list_filter = ["active", "tenant", "created_at"]
     search_fields = ["url", "tenant", "description"]
     ordering = ["-id"]
+    form = EndpointForm
     # Django 6's default; said outright so Django 5.2 does not warn that it changes.
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    # The secrets are shown once, when created or rotated: here only masked.
-    exclude = ["secret", "previous_secret"]
-    readonly_fields = ["masked_secret", "masked_previous_secret", "deliveries"]
+    # The secrets are shown once, when created or rotated: here only masked. A v1a
+    # endpoint's public key is no secret: it is shown.
+    fields = tuple(_ENDPOINT_FIELDS)
+    readonly_fields = [f for f in _ENDPOINT_FIELDS if f not in EndpointForm.Meta.fields]
     actions = ["enable", "disable", "rotate_secret", "send_test_event", "recover"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Its headers and signature scheme are edited on its page (the rest is read-only)."""
+        return self.has_act_permission(request)
+
+    def save_model(self, request: HttpRequest, obj: Endpoint, form: Any, change: bool) -> None:
+        current = Endpoint.objects.get(pk=obj.pk)
+        scheme = form.cleaned_data["signature_scheme"]
+        rotated = scheme != current.signature_scheme
+        webhooks.update_endpoint(
+            current, headers=form.cleaned_data["headers"], signature_scheme=scheme
+        )
+        obj.__dict__.update(current.__dict__)
+        if rotated:
+            self.message_user(request, _new_key_message(current), messages.SUCCESS)
+
+    @admin.display(description="receivers verify with")
+    def verifies_with(self, endpoint: Endpoint) -> SafeString | str:
+        public = webhooks.public_key(endpoint) if signing.ed25519_available() else None
+        if public is not None:
+            return format_html("<code>{}</code> (the public key: no secret)", public)
+        if endpoint.signature_scheme == SignatureScheme.V1A:
+            return f"a whpk_ public key (install cryptography to see it: {signing.ED25519_INSTALL})"
+        return "the secret, shown once when it was created or rotated"
 
     @admin.display(description="URL", ordering="url")
     def address(self, endpoint: Endpoint) -> SafeString | str:
@@ -142,19 +246,12 @@ class EndpointAdmin(ReadOnlyAdmin):
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:
         grace = conf.get().WEBHOOKS.ROTATION_GRACE_SECONDS
         for endpoint in queryset:
-            secret = webhooks.rotate_secret(endpoint)
-            expires = endpoint.previous_secret_expires_at
-            previous = (
-                f"the previous one also signs for {duration(grace)}, "
-                f"until {timezone.localtime(expires):%Y-%m-%d %H:%M}"
-                if grace and expires is not None
-                else "the previous one signs no more"
-            )
-            self.message_user(
-                request,
-                f"New secret of {endpoint.url} (shown once; {previous}): {secret}",
-                messages.SUCCESS,
-            )
+            try:
+                webhooks.rotate_secret(endpoint)
+            except ValidationError as exc:  # a v1a endpoint where cryptography is missing
+                self.message_user(request, f"{endpoint.url}: {exc.messages[0]}", messages.ERROR)
+                continue
+            self.message_user(request, _new_key_message(endpoint, grace), messages.SUCCESS)
 
     @admin.action(description="Send a test event", permissions=["act"])
     def send_test_event(self, request: HttpRequest, queryset: QuerySet[Endpoint]) -> None:

@@ -26,6 +26,7 @@ from django_outbox.conf.rules import (
     ByName,
     Choice,
     Delays,
+    EventTypes,
     Flag,
     Group,
     Keyed,
@@ -142,6 +143,16 @@ class WebhookSettings:
         1024 * 1024,
         Number(MAX_BYTES, whole=True),
         "The largest a message's payload may be: the signed envelope, in bytes.",
+    )
+    EVENT_TYPES: dict[str, Any] = setting(
+        {},
+        EventTypes(),
+        "The event-type catalogue: name -> description, example, optional JSON Schema.",
+    )
+    VALIDATE_PAYLOADS: bool | None = setting(
+        None,
+        Flag(none_says="None: validate when settings.DEBUG is on"),
+        "Whether send() checks payloads against their event type's schema (None: DEBUG).",
     )
 
 

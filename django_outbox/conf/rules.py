@@ -12,6 +12,8 @@ that are valid each on its own but not together, asked once every value of the g
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar, cast
@@ -208,10 +210,16 @@ class Choice(Rule):
 
 @dataclass(frozen=True, slots=True)
 class Flag(Rule):
-    """True or False (not 1, not "yes")."""
+    """True or False (not 1, not "yes"); with ``none_says``, None too, which means that."""
+
+    none_says: str = ""
 
     def errors(self, value: Any, where: str) -> list[str]:
-        return [] if isinstance(value, bool) else [f"{where} must be True or False, not {value!r}."]
+        if isinstance(value, bool) or (self.none_says and value is None):
+            return []
+        if self.none_says:
+            return [f"{where} must be True, False or None ({self.none_says}), not {value!r}."]
+        return [f"{where} must be True or False, not {value!r}."]
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,3 +344,86 @@ class ByName(Rule):
 
     def coerce(self, value: Any) -> Any:
         return {name: build(self.group, options) for name, options in value.items()}
+
+
+#: An event type's name (``webhooks.send()`` takes the same).
+EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
+#: What an event type's declaration may hold, and which of it it must.
+EVENT_TYPE_KEYS = ("description", "example", "schema")
+SCHEMAS_INSTALL = "pip install 'django-outbox-tasks[schemas]'"
+
+
+@dataclass(frozen=True, slots=True)
+class EventTypes(Rule):
+    """The event-type catalogue: a dict of event-type names to ``{"description": str,
+    "example": a JSON value, "schema": a JSON Schema (optional)}``. A schema must be a valid
+    JSON Schema, and the example must match it: the jsonschema package checks both, so a
+    catalogue with schemas needs it installed."""
+
+    def errors(self, value: Any, where: str) -> list[str]:
+        if not isinstance(value, dict):
+            return [
+                f"{where} must be a dict of event-type names to their description, example and "
+                f"optional schema, not {type(value).__name__}."
+            ]
+        found: list[str] = []
+        for name, declared in value.items():
+            found += self._entry_errors(name, declared, f"{where}[{name!r}]")
+        return found
+
+    def _entry_errors(self, name: Any, declared: Any, at: str) -> list[str]:
+        if not isinstance(name, str) or not EVENT_TYPE.fullmatch(name):
+            return [
+                f"{at}: {name!r} is not an event type name: use 1 to 255 letters, digits and "
+                "'_ . : -', e.g. 'invoice.paid'."
+            ]
+        if not isinstance(declared, dict):
+            return [
+                f'{at} must be a dict: {{"description": "…", "example": {{…}}, "schema": '
+                f"{{…}} (optional)}}, not {type(declared).__name__}."
+            ]
+        found = [
+            f"{at}[{key!r}] is not a known key (known: {', '.join(EVENT_TYPE_KEYS)})."
+            for key in sorted(declared.keys() - set(EVENT_TYPE_KEYS), key=str)
+        ]
+        description = declared.get("description")
+        if not isinstance(description, str) or not description.strip():
+            found.append(f"{at}['description'] must be a non-empty string, not {description!r}.")
+        if "example" not in declared:
+            found.append(f"{at} needs an 'example': a payload as send() would be given it.")
+        else:
+            try:
+                json.dumps(declared["example"], allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                found.append(f"{at}['example'] must be a JSON value ({exc}).")
+                return found
+        if declared.get("schema") is not None and not found:
+            found += _schema_errors(declared["schema"], declared["example"], at)
+        return found
+
+
+def _schema_errors(schema: Any, example: Any, at: str) -> list[str]:
+    """What is wrong with an event type's schema, or with its example by the schema."""
+    if not isinstance(schema, dict | bool):
+        return [f"{at}['schema'] must be a JSON Schema (a dict), not {type(schema).__name__}."]
+    try:
+        import jsonschema
+    except ImportError:
+        return [
+            f"{at}['schema'] needs the jsonschema package to be checked and used: "
+            f"{SCHEMAS_INSTALL}."
+        ]
+    validator = jsonschema.validators.validator_for(schema)
+    try:
+        validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "".join(f"[{part!r}]" for part in exc.path)
+        return [f"{at}['schema']{where} is not a valid JSON Schema: {exc.message}."]
+    checker = validator(schema, format_checker=validator.FORMAT_CHECKER)
+    problem = jsonschema.exceptions.best_match(checker.iter_errors(example))
+    if problem is not None:
+        return [
+            f"{at}['example'] does not match its own schema: at {problem.json_path}, "
+            f"{problem.message}."
+        ]
+    return []

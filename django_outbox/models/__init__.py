@@ -9,6 +9,7 @@ from django_outbox.models.webhooks import (
     Endpoint,
     EndpointHour,
     Message,
+    SignatureScheme,
 )
 from django_outbox.models.workflows import (
     Receives,
@@ -33,6 +34,7 @@ __all__ = [
     "RateBucket",
     "Receives",
     "ScheduleState",
+    "SignatureScheme",
     "Worker",
     "Workflow",
     "WorkflowEdge",

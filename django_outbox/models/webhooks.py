@@ -8,8 +8,15 @@ key); the delivery row holds what a user asks about: its status, attempts and ne
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
 from django.utils import timezone
+
+
+class SignatureScheme(models.TextChoices):
+    """Standard Webhooks' signature schemes."""
+
+    V1 = "v1", "v1: HMAC-SHA256 with a shared whsec_ secret"
+    V1A = "v1a", "v1a: ed25519, the receiver holds the whpk_ public key"
 
 
 class Endpoint(models.Model):
@@ -19,7 +26,24 @@ class Endpoint(models.Model):
     description = models.TextField(blank=True, default="")
     #: Event types this endpoint receives; ``*`` matches any run of characters. Empty: all.
     event_types = models.JSONField(default=list, blank=True)
+    #: The key it signs with: a ``whsec_`` secret (scheme v1) or a ``whsk_`` private key
+    #: (v1a, whose receiver verifies with the ``whpk_`` public key).
     secret = models.CharField(max_length=255)
+    #: How its requests are signed from now on: "v1" (HMAC-SHA256, a shared secret) or "v1a"
+    #: (ed25519, a key pair). A change takes effect as a rotation (``webhooks.update_endpoint``).
+    #: Both new columns have a database default: rows inserted by code that does not know
+    #: them (older code during a rolling upgrade, SQL of one's own) are v1, without headers.
+    signature_scheme = models.CharField(
+        max_length=3,
+        choices=SignatureScheme.choices,
+        default=SignatureScheme.V1,
+        db_default=SignatureScheme.V1.value,
+    )
+    #: Headers of its own sent with every request: names to values (webhooks/headers.py
+    #: says which are allowed).
+    headers = models.JSONField(
+        default=dict, db_default=Value({}, output_field=models.JSONField()), blank=True
+    )
     #: Until ``previous_secret_expires_at``, the secret before the last rotation signs too.
     previous_secret = models.CharField(max_length=255, blank=True, default="")
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)

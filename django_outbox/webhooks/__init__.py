@@ -14,6 +14,7 @@ from django_outbox.webhooks.api import (
     create_endpoint,
     disable,
     enable,
+    public_key,
     recover,
     replay,
     resend,
@@ -21,15 +22,22 @@ from django_outbox.webhooks.api import (
     send,
     send_test,
     set_rate_limit,
+    signature_schemes,
+    update_endpoint,
+    verification_key,
     verify,
 )
+from django_outbox.webhooks.catalogue import EventType, event_types
 from django_outbox.webhooks.signing import VerificationError
 
 __all__ = [
+    "EventType",
     "VerificationError",
     "create_endpoint",
     "disable",
     "enable",
+    "event_types",
+    "public_key",
     "recover",
     "replay",
     "resend",
@@ -37,5 +45,8 @@ __all__ = [
     "send",
     "send_test",
     "set_rate_limit",
+    "signature_schemes",
+    "update_endpoint",
+    "verification_key",
     "verify",
 ]

@@ -22,10 +22,18 @@ from django_outbox.db.routing import jobs_of
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import resolve_task
 from django_outbox.lib import text
-from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, Message
+from django_outbox.models import (
+    Delivery,
+    DeliveryStatus,
+    Endpoint,
+    Job,
+    Message,
+    SignatureScheme,
+)
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
-from django_outbox.webhooks import fanout, guard, signing
+from django_outbox.webhooks import catalogue, fanout, guard, signing
+from django_outbox.webhooks import headers as endpoint_headers
 
 #: Event types: letters, digits and ``_ . : -``, e.g. "invoice.paid".
 EVENT_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
@@ -80,6 +88,43 @@ def _patterns(event_types: Iterable[str] | None) -> list[str]:
     return patterns
 
 
+def _filters(event_types: Iterable[str] | None) -> list[str]:
+    """An endpoint's filters, checked against the catalogue when one is declared."""
+    patterns = _patterns(event_types)
+    catalogue.check_patterns(patterns)
+    return patterns
+
+
+def signature_schemes() -> list[str]:
+    """The signature schemes an endpoint may use here: "v1", and "v1a" where the
+    cryptography package is installed."""
+    return ["v1", "v1a"] if signing.ed25519_available() else ["v1"]
+
+
+def _scheme(scheme: str) -> str:
+    if scheme not in SignatureScheme.values:
+        raise ValidationError(
+            f"signature_scheme must be one of {', '.join(SignatureScheme.values)}, not {scheme!r}."
+        )
+    if scheme == SignatureScheme.V1A and not signing.ed25519_available():
+        raise ValidationError(
+            "The signature scheme 'v1a' (ed25519) needs the cryptography package, which is not "
+            f"installed here: {signing.ED25519_INSTALL}."
+        )
+    return str(scheme)
+
+
+def _key(secret: str | None, scheme: str) -> str:
+    """The key an endpoint signs with: ``secret`` checked for ``scheme``, or a new one."""
+    if secret is None:
+        return signing.generate_key(scheme)
+    try:
+        signing.check_key(secret, scheme)
+    except (signing.InvalidSecret, signing.SchemeUnavailable) as exc:
+        raise ValidationError(str(exc)) from None
+    return secret
+
+
 def _timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
@@ -123,29 +168,110 @@ def create_endpoint(
     timeout: float | None = None,
     secret: str | None = None,
     rate_limit: float | None = None,
+    headers: dict[str, str] | None = None,
+    signature_scheme: str = SignatureScheme.V1,
 ) -> Endpoint:
-    """A new active endpoint; ``endpoint.secret`` is what its owner verifies with.
+    """A new active endpoint; ``verification_key(endpoint)`` is what its owner verifies
+    with (for v1, ``endpoint.secret`` itself: show it once).
 
     ``rate_limit``: requests per second at most, shared by every worker (None: no limit).
-    ValidationError for a URL that is not http(s) or that names a non-public address.
+    ``headers``: headers of its own sent with every request (webhooks/headers.py).
+    ``signature_scheme``: "v1" (HMAC, a shared ``whsec_`` secret) or "v1a" (ed25519: it
+    signs with a ``whsk_`` key, its owner verifies with the ``whpk_`` public key).
+    ValidationError for a URL that is not http(s) or that names a non-public address, and
+    for any other bad value; nothing is stored then.
     """
     guard.check_url(url)
-    if secret is not None:
-        try:
-            signing.secret_key(secret)
-        except signing.InvalidSecret as exc:
-            raise ValidationError(str(exc)) from None
+    scheme = _scheme(signature_scheme)
+    key = _key(secret, scheme)
     if not isinstance(description, str):
         raise ValidationError(f"description must be a string, not {description!r}.")
     return Endpoint.objects.create(
         url=url,
-        event_types=_patterns(event_types),
+        event_types=_filters(event_types),
         tenant=_text("tenant", tenant),
         description=description,
         timeout=_timeout(timeout),
-        secret=secret or signing.generate_secret(),
+        secret=key,
+        signature_scheme=scheme,
         rate_limit=_rate_limit(rate_limit),
+        headers=endpoint_headers.clean(headers),
     )
+
+
+class _Keep:
+    """An ``update_endpoint()`` argument not given: the value stays as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+@_in_webhooks_database
+def update_endpoint(
+    endpoint: Endpoint,
+    *,
+    url: str = KEEP,
+    event_types: Iterable[str] | None = KEEP,
+    description: str = KEEP,
+    timeout: float | None = KEEP,
+    rate_limit: float | None = KEEP,
+    headers: dict[str, str] | None = KEEP,
+    signature_scheme: str = KEEP,
+    grace: timedelta | None = None,
+) -> Endpoint:
+    """Change what is given of ``endpoint``, checked as ``create_endpoint()`` checks it;
+    a bad value raises ValidationError and changes nothing.
+
+    A new ``signature_scheme`` is a rotation into it: a new key of that scheme signs from
+    now on, and the old one (of the old scheme) signs too for ``grace`` (default
+    ``ROTATION_GRACE_SECONDS``), so the receiver can switch over; show it
+    ``verification_key(endpoint)``. The tenant and the secret are not changed here
+    (``rotate_secret()`` changes the secret).
+    """
+    changes: dict[str, Any] = {}
+    if url is not KEEP:
+        guard.check_url(url)
+        changes["url"] = url
+    if event_types is not KEEP:
+        changes["event_types"] = _filters(event_types)
+    if description is not KEEP:
+        if not isinstance(description, str):
+            raise ValidationError(f"description must be a string, not {description!r}.")
+        changes["description"] = description
+    if timeout is not KEEP:
+        changes["timeout"] = _timeout(timeout)
+    if rate_limit is not KEEP:
+        changes["rate_limit"] = _rate_limit(rate_limit)
+    if headers is not KEEP:
+        changes["headers"] = endpoint_headers.clean(headers)
+    if signature_scheme is not KEEP and signature_scheme != endpoint.signature_scheme:
+        changes["signature_scheme"] = _scheme(signature_scheme)
+        grace = _grace(grace)
+        changes["previous_secret"] = endpoint.secret
+        changes["previous_secret_expires_at"] = timezone.now() + grace
+        changes["secret"] = signing.generate_key(changes["signature_scheme"])
+    for name, value in changes.items():
+        setattr(endpoint, name, value)
+    if changes:
+        endpoint.save(update_fields=list(changes))
+    return endpoint
+
+
+def public_key(endpoint: Endpoint) -> str | None:
+    """The ``whpk_`` public key of a v1a endpoint (no secret: show it any time), or None
+    for a v1 endpoint, whose receiver holds the shared secret instead."""
+    if signing.scheme_of(endpoint.secret) != "v1a":
+        return None
+    return signing.public_key(endpoint.secret)
+
+
+def verification_key(endpoint: Endpoint) -> str:
+    """What the endpoint's receiver verifies with: the ``whsec_`` secret of a v1 endpoint
+    (a secret: show it once), the ``whpk_`` public key of a v1a one."""
+    return signing.verification_key(endpoint.secret)
 
 
 def envelope(event_type: str, payload: Any, at: datetime) -> str:
@@ -194,6 +320,7 @@ def send(
             f"{event_type!r} is not an event type: use 1 to 255 letters, digits and "
             "'_ . : -', e.g. 'invoice.paid'."
         )
+    catalogue.check_event_type(event_type)
     tenant = _text("tenant", tenant)
     if idempotency_key is not None:
         _text("idempotency_key", idempotency_key, allow_empty=False)
@@ -206,6 +333,9 @@ def send(
         )
     now = timezone.now()
     body = envelope(event_type, payload, now)
+    if catalogue.validating():
+        # The data as it is sent (JSON values), not as it was given.
+        catalogue.validate_payload(event_type, json.loads(body)["data"])
     using = _using()
     with transaction.atomic(using=using):
         if idempotency_key is not None:
@@ -409,8 +539,20 @@ MAX_GRACE = timedelta(days=366)
 
 @_in_webhooks_database
 def rotate_secret(endpoint: Endpoint, grace: timedelta | None = None) -> str:
-    """A new secret for ``endpoint``; the old one keeps signing too for ``grace`` (default
-    ``OUTBOX["WEBHOOKS"]["ROTATION_GRACE_SECONDS"]``), so receivers can switch over."""
+    """A new key for ``endpoint``, of its signature scheme; the old one keeps signing too
+    for ``grace`` (default ``OUTBOX["WEBHOOKS"]["ROTATION_GRACE_SECONDS"]``), so receivers
+    can switch over. Returns what the receiver verifies with from now on: the new
+    ``whsec_`` secret (v1; show it once), or the new ``whpk_`` public key (v1a)."""
+    grace = _grace(grace)
+    scheme = _scheme(endpoint.signature_scheme)
+    endpoint.previous_secret = endpoint.secret
+    endpoint.previous_secret_expires_at = timezone.now() + grace
+    endpoint.secret = signing.generate_key(scheme)
+    endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
+    return signing.verification_key(endpoint.secret)
+
+
+def _grace(grace: timedelta | None) -> timedelta:
     if grace is None:
         grace = timedelta(seconds=conf.get().WEBHOOKS.ROTATION_GRACE_SECONDS)
     if not isinstance(grace, timedelta) or not timedelta(0) <= grace <= MAX_GRACE:
@@ -418,11 +560,7 @@ def rotate_secret(endpoint: Endpoint, grace: timedelta | None = None) -> str:
             f"grace must be a timedelta from 0 to {MAX_GRACE.days} days, not {grace!r}; "
             "timedelta(0) stops the old secret at once."
         )
-    endpoint.previous_secret = endpoint.secret
-    endpoint.previous_secret_expires_at = timezone.now() + grace
-    endpoint.secret = signing.generate_secret()
-    endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
-    return endpoint.secret
+    return grace
 
 
 def signing_secrets(endpoint: Endpoint, now: datetime) -> list[str]:
@@ -435,9 +573,16 @@ def signing_secrets(endpoint: Endpoint, now: datetime) -> list[str]:
     return live
 
 
-def verify(headers: dict[str, str], body: bytes | str, secret: str, tolerance: float = 300) -> Any:
+def verify(
+    headers: dict[str, str],
+    body: bytes | str,
+    secret: str | Iterable[str],
+    tolerance: float = 300,
+) -> Any:
     """For receivers: check a webhook's signature and timestamp; return its JSON payload.
 
-    Raises ``signing.VerificationError`` when it does not check out.
+    ``secret`` is what the receiver holds: the ``whsec_`` secret of a v1 endpoint or the
+    ``whpk_`` public key of a v1a one (or a list of them, during a rotation). Raises
+    ``signing.VerificationError`` when it does not check out.
     """
     return signing.verify(headers, body, secret, tolerance)

@@ -239,9 +239,17 @@ def _attempt(delivery: Delivery) -> http.Response:
     options = conf.get().WEBHOOKS
     now = timezone.now()
     body = message.body.encode()
-    headers = signing.headers(
-        api.signing_secrets(endpoint, now), message.uid, int(now.timestamp()), body
-    )
+    try:
+        signed = signing.headers(
+            api.signing_secrets(endpoint, now), message.uid, int(now.timestamp()), body
+        )
+    except signing.SchemeUnavailable as exc:
+        # Retried on the schedule: installing the package on the workers mends it.
+        unsigned = http.Response(started_at=now)
+        unsigned.error_class, unsigned.error_message = type(exc).__name__, str(exc)
+        return unsigned
+    # The endpoint's own headers first; the reserved names keep them from meeting ours.
+    headers = {**(endpoint.headers or {}), **signed}
     with http.endpoint_slot(endpoint.pk):
         return http.post(
             endpoint.url,
