@@ -46,13 +46,20 @@ class OutboxBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        self.queues = self._served_queues()
+
+    def _served_queues(self) -> set[str]:
+        """The QUEUES setting's, and the webhooks' queue when this backend runs the
+        deliveries: they run as jobs on their own queue, served by default. Asked again
+        at each validation too: a backend built while OUTBOX was invalid (system check
+        E001 says what is wrong) must not refuse deliveries once it is right."""
         try:
             webhooks = conf.get().WEBHOOKS
         except ImproperlyConfigured:
-            return  # system check E001 says what is wrong; every use refuses to run
-        if self.queues and alias == webhooks.BACKEND:
-            # Webhook deliveries run as jobs on their own queue: serve it by default.
-            self.queues = {*self.queues, webhooks.QUEUE}
+            return set(self.queues)
+        if self.queues and self.alias == webhooks.BACKEND:
+            return {*self.queues, webhooks.QUEUE}
+        return set(self.queues)
 
     def validate_task(self, task: Task) -> None:
         # Django's own checks compare these with numbers and dates: a wrong type would
@@ -64,6 +71,8 @@ class OutboxBackend(BaseTaskBackend):
             )
         if task.run_after is not None and not isinstance(task.run_after, datetime):
             raise InvalidTask(f"run_after must be an aware datetime, not {task.run_after!r}.")
+        if self.queues and task.queue_name not in self.queues:
+            self.queues = self._served_queues()
         if self.queues and task.queue_name not in self.queues:
             # Django's own message names neither the backend nor the queues it has.
             raise InvalidTask(

@@ -386,3 +386,19 @@ def test_stored_results_are_what_task_result_itself_would_build(run_worker, monk
         }
     )
     assert fast[1].errors[0].exception_class_path == "builtins.ValueError"
+
+
+def test_a_backend_built_while_outbox_was_invalid_serves_the_webhooks_queue_once_it_is_right(
+    settings,
+):
+    """Built under a bad OUTBOX (system check E001's case), the backend did not know the
+    webhooks' queue, and refused every delivery job once OUTBOX was fixed."""
+    from django.test import override_settings
+
+    with override_settings(OUTBOX={"WEBHOOKS": {"QUEUE": 5}}):
+        backend = OutboxBackend("default", settings.TASKS["default"])
+    assert "webhooks" not in backend.queues
+    from django_outbox.webhooks.tasks import deliver
+
+    backend.validate_task(deliver)  # no InvalidTask: the queue is served after all
+    assert "webhooks" in backend.queues
