@@ -10,6 +10,7 @@ with transaction.atomic():
 
 from __future__ import annotations
 
+from django_outbox.webhooks.access import portal_token, portal_url
 from django_outbox.webhooks.api import (
     create_endpoint,
     disable,
@@ -21,6 +22,7 @@ from django_outbox.webhooks.api import (
     send,
     send_test,
     set_rate_limit,
+    update_endpoint,
     verify,
 )
 from django_outbox.webhooks.signing import VerificationError
@@ -30,6 +32,8 @@ __all__ = [
     "create_endpoint",
     "disable",
     "enable",
+    "portal_token",
+    "portal_url",
     "recover",
     "replay",
     "resend",
@@ -37,5 +41,6 @@ __all__ = [
     "send",
     "send_test",
     "set_rate_limit",
+    "update_endpoint",
     "verify",
 ]

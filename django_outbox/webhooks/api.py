@@ -394,6 +394,59 @@ def set_rate_limit(endpoint: Endpoint, rate_limit: float | None) -> None:
     endpoint.save(update_fields=["rate_limit"])
 
 
+#: What ``update_endpoint()`` may change, and what ``endpoint_problems()`` checks.
+ENDPOINT_FIELDS = ("url", "description", "event_types", "timeout", "rate_limit")
+
+
+def endpoint_problems(**fields: Any) -> dict[str, str]:
+    """What is wrong with each of these endpoint fields, by name (empty: nothing is).
+
+    The one place an endpoint's fields are checked, field by field, so that the portal
+    can say which field was wrong; ``create_endpoint()`` and ``update_endpoint()`` refuse
+    the same values."""
+    checks: dict[str, Callable[[Any], object]] = {
+        "url": guard.check_url,
+        "description": lambda value: _text_field("description", value),
+        "event_types": _patterns,
+        "timeout": _timeout,
+        "rate_limit": _rate_limit,
+    }
+    found = {}
+    for name, value in fields.items():
+        if name not in checks:
+            found[name] = f"{name!r} is not a field of an endpoint ({', '.join(checks)})."
+            continue
+        try:
+            checks[name](value)
+        except ValidationError as exc:
+            found[name] = " ".join(exc.messages)
+    return found
+
+
+def _text_field(name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string, not {value!r}.")
+
+
+@_in_webhooks_database
+def update_endpoint(endpoint: Endpoint, **changes: Any) -> Endpoint:
+    """Change some of ``endpoint``'s fields (``ENDPOINT_FIELDS``), checked as
+    ``create_endpoint()`` checks them; ValidationError (a dict by field) changes nothing."""
+    problems = endpoint_problems(**changes)
+    if problems:
+        raise ValidationError({name: [message] for name, message in problems.items()})
+    cleaners: dict[str, Callable[[Any], Any]] = {
+        "event_types": _patterns,
+        "timeout": _timeout,
+        "rate_limit": _rate_limit,
+    }
+    for name, value in changes.items():
+        setattr(endpoint, name, cleaners.get(name, lambda same: same)(value))
+    if changes:
+        endpoint.save(update_fields=list(changes))
+    return endpoint
+
+
 @_in_webhooks_database
 def disable(endpoint: Endpoint, reason: str = "by hand") -> None:
     """Send nothing more to ``endpoint`` until it is enabled. ``reason`` reads after
