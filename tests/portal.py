@@ -54,3 +54,13 @@ def problem(response: Any, status: int) -> dict[str, Any]:
     assert body["status"] == status and body["type"].startswith("urn:django-outbox:problem:")
     assert body["title"] and body["detail"]
     return body
+
+
+def tenant_for(request: Any) -> str | None:
+    """OUTBOX["WEBHOOKS"]["PORTAL_TENANT"] in the tests: a signed-in user's name."""
+    user = getattr(request, "user", None)
+    return user.username if user is not None and user.is_authenticated else None
+
+
+def wrong_tenant_for(request: Any) -> Any:
+    return 42
