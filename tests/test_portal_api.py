@@ -8,13 +8,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from django_outbox import webhooks
-from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job
+from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job, Message
 from django_outbox.portal import openapi
+from django_outbox.portal.scoping import Scope
 from tests.conftest import wait_until
 from tests.portal import BASE, Api, problem
 
@@ -248,3 +250,24 @@ def test_the_openapi_document_is_served_kept_in_docs_and_describes_every_route(a
         path: sorted(methods) for path, methods in described.items()
     }
     assert kept["servers"][0]["url"] == BASE
+
+
+def test_a_tenants_messages_are_read_newest_first_through_their_index_on_postgresql(api):
+    if connection.vendor != "postgresql":
+        pytest.skip("EXPLAIN output is PostgreSQL's")
+    now = timezone.now()
+    Message.objects.bulk_create(
+        Message(
+            uid=f"msg_{n}",
+            event_type="invoice.paid",
+            tenant=f"t{n % 50}",
+            body="{}",
+            created_at=now,
+        )
+        for n in range(5000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_outbox_message")
+    plan = Scope("t7").messages().order_by("-pk")[:51].explain()
+    # Without it, the primary key is read backwards past every other tenant's messages.
+    assert "outbox_message_tenant" in plan, plan
