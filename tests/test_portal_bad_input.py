@@ -62,6 +62,7 @@ BODIES = [
     ("POST", "endpoints/{e}/recover/", {}, 422, "since", "Required"),
     ("POST", "endpoints/{e}/recover/", {"since": "yesterday"}, 422, "since", "ISO 8601"),
     ("POST", "endpoints/{e}/recover/", {"since": "2026-01-01T00:00:00"}, 422, "since", "zone"),
+    ("POST", "endpoints/{e}/recover/", {"since": "0001-01-01T00:00+09:00"}, 422, "since", "range"),
     ("POST", "endpoints/{e}/enable/", {"now": True}, 422, "now", "Not a field"),
     ("POST", "endpoints/{e}/test/", {"payload": {}}, 422, "payload", "Not a field"),
 ]
@@ -115,6 +116,8 @@ def test_a_malformed_body_is_a_problem_and_changes_nothing(
         ("deliveries/", {"since": "yesterday"}, "is not a time"),
         ("deliveries/", {"until": "2026-01-01T00:00:00"}, "with a time zone"),
         ("deliveries/", {"event_type": "a b"}, "is not an event type"),
+        ("deliveries/", {"since": "0311-08-09T22:54:05+19:22"}, "out of range"),
+        ("messages/", {"until": "1969-12-31T23:59:59Z"}, "from 1970 to 9999"),
         ("messages/", {"event_type": "x" * 256}, "is not an event type"),
         ("attempts/", {"status": "maybe"}, "must be one of succeeded, failed"),
         ("attempts/", {"delivery": "1.5"}, "delivery: must be a whole number"),

@@ -4,7 +4,7 @@ or one given twice refused, every refusal a 400 problem naming the parameter."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.http import HttpRequest
@@ -18,6 +18,9 @@ Parser = Callable[[str], Any]
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 250
 #: The largest id a database keeps (a bigint).
 MAX_ID = 2**63 - 1
+#: The times a filter may name (all the databases keep them).
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LAST = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 def parse(request: HttpRequest, rules: dict[str, Parser]) -> dict[str, Any]:
@@ -95,4 +98,11 @@ def moment(value: str) -> datetime:
         raise ValueError(
             f"{value!r} is not a time: write ISO 8601 with a time zone, e.g. 2026-05-01T12:00:00Z."
         )
+    try:
+        # In UTC: databases keep offsets of up to 15:59 only (PostgreSQL), Python 23:59.
+        found = found.astimezone(UTC)
+    except OverflowError:
+        found = EPOCH - timedelta(days=1)
+    if not EPOCH <= found <= LAST:
+        raise ValueError(f"{value!r} is out of range: times go from 1970 to 9999.")
     return found
