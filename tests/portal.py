@@ -31,7 +31,8 @@ class Api:
         elif method in ("POST", "PATCH", "PUT"):  # no body at all, as curl -X POST sends
             options.setdefault("data", "")
             options.setdefault("content_type", "application/json")
-        return send(f"{BASE}/{path.lstrip('/')}", headers=headers, **options)
+        url = path if path.startswith("/") else f"{BASE}/{path}"  # "/…": the portal's pages
+        return send(url, headers=headers, **options)
 
     def get(self, path: str, **query: Any) -> Any:
         return self.call("GET", path, data=query) if query else self.call("GET", path)

@@ -89,12 +89,13 @@ def test_every_route_and_method_as_another_tenant_is_404_or_405_and_changes_noth
         for method in METHODS:
             action = route.rstrip("/").rsplit("/", 1)[-1]
             body = BODIES.get(action, BODIES.get(method)) if method != "GET" else None
-            answer = b.call(method, path.removeprefix("/webhooks/api/v1/"), body)
+            answer = b.call(method, path, body)
             expected = 404 if method in allowed else 405
             assert answer.status_code == expected, (method, path, answer.content[:300])
-            assert answer["Content-Type"] == "application/problem+json"
+            if "/api/" in route:  # the pages answer the same, as a page
+                assert answer["Content-Type"] == "application/problem+json"
             called += 1
-    assert called >= 40
+    assert called >= 80
     assert snapshot("a") == before
 
 

@@ -173,6 +173,11 @@ class WebhookSettings:
     PORTAL_BURST: int = setting(
         100, Number(100_000, whole=True), "... and at most this many at once after a lull."
     )
+    PORTAL_FRAME_ANCESTORS: tuple[str, ...] = setting(
+        (),
+        Names("a list of origins ('https://app.example.com')"),
+        "Origins whose pages may show the portal in an iframe (besides its own).",
+    )
 
 
 @dataclass(frozen=True, slots=True)

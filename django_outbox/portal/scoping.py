@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from django.db.models import Model, QuerySet
 
-from django_outbox.models import Attempt, Delivery, Endpoint, Message
+from django_outbox.models import Attempt, Delivery, Endpoint, EndpointHour, Message
 from django_outbox.portal.problems import not_found
 
 M = TypeVar("M", bound=Model)
@@ -35,6 +35,9 @@ class Scope:
 
     def attempts(self) -> QuerySet[Attempt]:
         return Attempt.objects.filter(delivery__endpoint__tenant=self.tenant)
+
+    def endpoint_hours(self) -> QuerySet[EndpointHour]:
+        return EndpointHour.objects.filter(endpoint__tenant=self.tenant)
 
     def endpoint(self, pk: int) -> Endpoint:
         return _one(self.endpoints(), "endpoint", pk=pk)

@@ -1,6 +1,7 @@
 """The portal's URLs: ``path("webhooks/", include("django_outbox.portal.urls"))``.
 
-The API is under ``api/v1/``; ``open/<token>/`` opens a ``webhooks.portal_url()`` link.
+The pages are at the root (``""``, ``endpoints/…``, ``deliveries/…``), the API under
+``api/v1/``; ``open/<token>/`` opens a ``webhooks.portal_url()`` link.
 Ids in paths are matched as text and read by the API's wrapper, so a malformed one is a
 404 problem like any id the tenant does not have, not the site's HTML 404 page."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import include, path
 
-from django_outbox.portal import views
+from django_outbox.portal import pages, views
 from django_outbox.portal.api import deliveries, endpoints, messages
 from django_outbox.portal.api.base import route
 from django_outbox.webhooks.access import NAMESPACE
@@ -41,8 +42,21 @@ api = [
     path("attempts/<str:attempt_id>/", route(GET=deliveries.attempt), name="attempt"),
 ]
 
+pages_ = [
+    path("", pages.home, name="home"),
+    path("endpoints/new/", pages.endpoint_new, name="page-endpoint-new"),
+    path(endpoint, pages.endpoint, name="page-endpoint"),
+    path(f"{endpoint}enable/", pages.enable, name="page-endpoint-enable"),
+    path(f"{endpoint}disable/", pages.disable, name="page-endpoint-disable"),
+    path(f"{endpoint}rotate-secret/", pages.rotate_secret, name="page-endpoint-rotate"),
+    path(f"{endpoint}test/", pages.send_test, name="page-endpoint-test"),
+    path(f"{endpoint}recover/", pages.recover, name="page-endpoint-recover"),
+    path(f"{endpoint}delete/", pages.delete, name="page-endpoint-delete"),
+    path(delivery, pages.delivery, name="page-delivery"),
+]
+
 urlpatterns = [
-    path("", views.home, name="home"),
+    *pages_,
     path("open/<str:token>/", views.open_link, name="open"),
     path("api/v1/", include(api)),
 ]

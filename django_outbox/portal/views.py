@@ -1,4 +1,4 @@
-"""The portal's pages: opening a portal link, and the OpenAPI document."""
+"""Opening a portal link, and the OpenAPI document (the pages are in ``pages.py``)."""
 
 from __future__ import annotations
 
@@ -32,14 +32,3 @@ def openapi_document(request: HttpRequest) -> HttpResponse:
     """The API's OpenAPI 3.1 document (docs/openapi.json, its server where it is mounted)."""
     server = reverse(f"{access.NAMESPACE}:openapi").removesuffix("/openapi.json")
     return JsonResponse(openapi.document(server))
-
-
-@never_cache
-@require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    """The portal's first page."""
-    try:
-        caller = tenancy.caller(request)
-    except Problem as problem:
-        return problem.response()
-    return HttpResponse(f"Webhooks of {caller.tenant}", content_type="text/plain")
