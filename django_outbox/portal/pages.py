@@ -85,7 +85,7 @@ def framed(response: HttpResponse) -> HttpResponse:
     origins = conf.get().WEBHOOKS.PORTAL_FRAME_ANCESTORS
     response["Content-Security-Policy"] = "frame-ancestors " + " ".join(("'self'", *origins))
     if origins:
-        response.xframe_options_exempt = True  # type: ignore[attr-defined]
+        response.xframe_options_exempt = True
     elif "X-Frame-Options" not in response:
         response["X-Frame-Options"] = "SAMEORIGIN"
     return response
