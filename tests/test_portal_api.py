@@ -4,6 +4,7 @@ pages, problems, the rate limit and the OpenAPI document."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -214,7 +215,9 @@ def test_a_method_a_route_does_not_take_is_405_with_allow(api):
     OUTBOX={"REDIS_ALIAS": "redis", "WEBHOOKS": {"PORTAL_RATE": 0.01, "PORTAL_BURST": 2}}
 )
 def test_each_tenant_has_its_own_rate_limit_answered_with_429_and_retry_after():
-    acme, globex = Api("acme-rated"), Api("globex-rated")
+    # Tenants of this run only: Redis keeps buckets from one run to the next.
+    run = uuid.uuid4().hex[:8]
+    acme, globex = Api(f"acme-{run}"), Api(f"globex-{run}")
     assert [acme.get("endpoints/").status_code for _ in range(2)] == [200, 200]
     refused = acme.get("endpoints/")
     assert "Too many requests" in problem(refused, 429)["detail"]
