@@ -27,6 +27,13 @@ BODIES: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def no_rate_limit(settings: Any) -> None:
+    """Some hundred calls in a second: over the default burst of a tenant."""
+    webhooks_settings = {**settings.OUTBOX["WEBHOOKS"], "PORTAL_RATE": 10_000.0}
+    settings.OUTBOX = {**settings.OUTBOX, "WEBHOOKS": webhooks_settings | {"PORTAL_BURST": 10_000}}
+
+
 def routes() -> list[tuple[str, tuple[str, ...]]]:
     def walk(patterns: list[Any], prefix: str) -> list[tuple[str, tuple[str, ...]]]:
         found = []
