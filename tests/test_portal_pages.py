@@ -132,3 +132,26 @@ def test_every_form_field_has_a_label(browser):
     page = browser.get(f"/webhooks/endpoints/{endpoint.pk}/").content.decode()
     ids = re.findall(r'<(?:input|select)[^>]*\sid="([^"]+)"', page)
     assert ids and all(f'for="{i}"' in page for i in ids), ids
+
+
+def test_messages_are_listed_newest_first_with_older_pages_and_read_with_payload(
+    browser, monkeypatch
+):
+    from django_outbox.portal import pages
+
+    monkeypatch.setattr(pages, "MAX_MESSAGES", 2)
+    webhooks.create_endpoint(URL, tenant="acme")
+    sent = [webhooks.send("invoice.paid", {"n": n}, tenant="acme") for n in range(3)]
+    webhooks.send("invoice.paid", {"n": "theirs"}, tenant="globex")
+    first = browser.get("/webhooks/messages/").content.decode()
+    assert sent[2].uid in first and sent[1].uid in first and sent[0].uid not in first
+    older = re.search(r'href="\?before=(\d+)', first)
+    assert older is not None
+    second = browser.get(f"/webhooks/messages/?before={older[1]}").content.decode()
+    assert sent[0].uid in second and sent[1].uid not in second
+    none = browser.get("/webhooks/messages/?event_type=order.made").content.decode()
+    assert "No messages of order.made" in none
+    page = browser.get(f"/webhooks/messages/{sent[0].uid}/").content.decode()
+    assert "&quot;n&quot;: 0" in page and URL in page  # the payload, escaped
+    theirs = webhooks.send("invoice.paid", {}, tenant="globex")
+    assert browser.get(f"/webhooks/messages/{theirs.uid}/").status_code == 404

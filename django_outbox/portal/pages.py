@@ -10,10 +10,12 @@ middleware). Themes: override the template ``django_outbox/portal/theme.html``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import router, transaction
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -32,8 +34,10 @@ from django_outbox.portal.scoping import Scope
 from django_outbox.webhooks.access import NAMESPACE
 
 TEMPLATES = "django_outbox/portal/"
-#: The most endpoints the first page lists, and deliveries an endpoint's page lists.
-MAX_ENDPOINTS, MAX_DELIVERIES, MAX_ATTEMPTS = 200, 50, 50
+M = TypeVar("M", bound=Model)
+#: The most endpoints the first page lists; the most deliveries, attempts and messages a
+#: page lists (an "Older" link shows the next ones).
+MAX_ENDPOINTS, MAX_DELIVERIES, MAX_ATTEMPTS, MAX_MESSAGES = 200, 50, 50, 50
 #: What a ``?done=`` notice says after a change.
 DONE = {
     "saved": "Saved.",
@@ -144,9 +148,10 @@ def _endpoint_page(
     request: HttpRequest, scope: Scope, endpoint: Endpoint, *, status: int = 200, **more: Any
 ) -> HttpResponse:
     shown = request.GET.get("status", "")
-    deliveries = scope.deliveries().filter(endpoint=endpoint).select_related("message")
+    deliveries = _before(request, scope.deliveries().filter(endpoint=endpoint))
     if shown in DeliveryStatus.values:
         deliveries = deliveries.filter(status=shown)
+    listed = list(deliveries.select_related("message").order_by("-pk")[: MAX_DELIVERIES + 1])
     more.setdefault(
         "form",
         {
@@ -163,13 +168,53 @@ def _endpoint_page(
         endpoint=endpoint,
         health=health.of(scope, [endpoint])[endpoint.pk],
         failures=health.last_failures(scope, endpoint),
-        deliveries=list(deliveries.order_by("-pk")[:MAX_DELIVERIES]),
+        deliveries=listed[:MAX_DELIVERIES],
+        older=listed[MAX_DELIVERIES - 1].pk if len(listed) > MAX_DELIVERIES else None,
         statuses=DeliveryStatus.values,
         shown=shown,
         graces=forms.GRACES,
         **more,
     )
     return render(request, TEMPLATES + "endpoint.html", context, status=status)
+
+
+def _before(request: HttpRequest, rows: QuerySet[M]) -> QuerySet[M]:
+    """The rows older than ``?before=<id>``: a page's "Older" link (scoped rows only)."""
+    try:
+        return rows.filter(pk__lt=whole(request.GET.get("before", "")))
+    except ValueError:
+        return rows
+
+
+@page("GET")
+def messages(request: HttpRequest, scope: Scope) -> HttpResponse:
+    event_type = request.GET.get("event_type", "")
+    rows = _before(request, scope.messages())
+    if event_type:
+        rows = rows.filter(event_type=event_type)
+    listed = list(rows.order_by("-pk")[: MAX_MESSAGES + 1])
+    context = _context(
+        request,
+        scope,
+        messages=listed[:MAX_MESSAGES],
+        older=listed[MAX_MESSAGES - 1].pk if len(listed) > MAX_MESSAGES else None,
+        event_type=event_type,
+    )
+    return render(request, TEMPLATES + "messages.html", context)
+
+
+@page("GET")
+def message(request: HttpRequest, scope: Scope, message_id: str) -> HttpResponse:
+    found = scope.message(message_id)
+    deliveries = scope.deliveries().filter(message=found).select_related("endpoint")
+    context = _context(
+        request,
+        scope,
+        message=found,
+        payload=json.dumps(json.loads(found.body).get("data"), indent=2, ensure_ascii=False),
+        deliveries=deliveries.order_by("pk"),
+    )
+    return render(request, TEMPLATES + "message.html", context)
 
 
 def _action(function: Callable[[HttpRequest, Scope, Endpoint], HttpResponse]) -> Any:

@@ -53,6 +53,8 @@ pages_ = [
     path(f"{endpoint}recover/", pages.recover, name="page-endpoint-recover"),
     path(f"{endpoint}delete/", pages.delete, name="page-endpoint-delete"),
     path(delivery, pages.delivery, name="page-delivery"),
+    path("messages/", pages.messages, name="page-messages"),
+    path("messages/<str:message_id>/", pages.message, name="page-message"),
 ]
 
 urlpatterns = [
