@@ -42,6 +42,7 @@ test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3
 screenshots: $(PY) ## Retake the admin screenshots in docs/img/ (headless Chromium).
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_admin_browser.py
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_queues.py -k browser
+	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_portal_browser.py
 
 lint: $(PY) ## ruff, mypy (with django-stubs) and the import-linter contracts of docs/architecture.md.
 	$(VENV)/bin/ruff check .

@@ -8,5 +8,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # GET /outbox/health/: outbox_health's figures as JSON (staff, or OUTBOX["HEALTH"]["TOKEN"]).
     path("outbox/", include("django_outbox.urls")),
+    # The webhook portal and its API (/webhooks/api/v1/): docs/portal.md.
+    path("webhooks/", include("django_outbox.portal.urls")),
     path("", include("testproject.shop.urls")),
 ]

@@ -77,6 +77,19 @@ def parse_age(text: object) -> timedelta:
     return age
 
 
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def parse_dotted_path(value: object) -> str:
+    """'' or a dotted path to import, 'app.portal.tenant_for'; ValueError says what is wrong."""
+    if value == "" or (isinstance(value, str) and _DOTTED.fullmatch(value)):
+        return value
+    raise ValueError(
+        f"{value!r} is not a dotted path to a function: write 'module.function', e.g. "
+        "'app.portal.tenant_for', or '' for none."
+    )
+
+
 def parse_statuses(names: Iterable[object]) -> list[str]:
     """Finished job statuses only; anything else is a ValueError naming the choices."""
     statuses = [str(name).strip() for name in names if str(name).strip()]
@@ -153,6 +166,28 @@ class WebhookSettings:
         None,
         Flag(none_says="None: validate when settings.DEBUG is on"),
         "Whether send() checks payloads against their event type's schema (None: DEBUG).",
+    )
+    # -- The portal and its API (docs/portal.md) ---------------------------------------
+    PORTAL_TENANT: str = setting(
+        "",
+        Parsed(parse_dotted_path),
+        "Dotted path of a function of the request that returns its tenant ('': none).",
+    )
+    PORTAL_SESSION_SECONDS: float = setting(
+        8 * 3600.0,
+        Number(MAX_NUMBER, seconds=True),
+        "How long a portal session opened by a portal_url() link lasts.",
+    )
+    PORTAL_RATE: float = setting(
+        20.0, Number(MAX_RATE), "Requests per second one tenant may make to the API, on average."
+    )
+    PORTAL_BURST: int = setting(
+        100, Number(100_000, whole=True), "... and at most this many at once after a lull."
+    )
+    PORTAL_FRAME_ANCESTORS: tuple[str, ...] = setting(
+        (),
+        Names("a list of origins ('https://app.example.com')"),
+        "Origins whose pages may show the portal in an iframe (besides its own).",
     )
 
 

@@ -89,6 +89,10 @@ class Message(models.Model):
 
     class Meta:
         db_table = "django_outbox_message"
+        indexes = [
+            # The portal's list of a tenant's messages, newest first (docs/portal.md).
+            models.Index(fields=["tenant", "id"], name="outbox_message_tenant"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"],

@@ -10,6 +10,7 @@ with transaction.atomic():
 
 from __future__ import annotations
 
+from django_outbox.webhooks.access import portal_token, portal_url
 from django_outbox.webhooks.api import (
     create_endpoint,
     disable,
@@ -37,6 +38,8 @@ __all__ = [
     "disable",
     "enable",
     "event_types",
+    "portal_token",
+    "portal_url",
     "public_key",
     "recover",
     "replay",

@@ -125,6 +125,12 @@ def _key(secret: str | None, scheme: str) -> str:
     return secret
 
 
+def _description(description: str) -> str:
+    if not isinstance(description, str):
+        raise ValidationError(f"description must be a string, not {description!r}.")
+    return description
+
+
 def _timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
@@ -184,13 +190,11 @@ def create_endpoint(
     guard.check_url(url)
     scheme = _scheme(signature_scheme)
     key = _key(secret, scheme)
-    if not isinstance(description, str):
-        raise ValidationError(f"description must be a string, not {description!r}.")
     return Endpoint.objects.create(
         url=url,
         event_types=_filters(event_types),
         tenant=_text("tenant", tenant),
-        description=description,
+        description=_description(description),
         timeout=_timeout(timeout),
         secret=key,
         signature_scheme=scheme,
@@ -238,9 +242,7 @@ def update_endpoint(
     if event_types is not KEEP:
         changes["event_types"] = _filters(event_types)
     if description is not KEEP:
-        if not isinstance(description, str):
-            raise ValidationError(f"description must be a string, not {description!r}.")
-        changes["description"] = description
+        changes["description"] = _description(description)
     if timeout is not KEEP:
         changes["timeout"] = _timeout(timeout)
     if rate_limit is not KEEP:
@@ -522,6 +524,45 @@ def set_rate_limit(endpoint: Endpoint, rate_limit: float | None) -> None:
     limit). Deliveries over it wait for their turn: they are not failed."""
     endpoint.rate_limit = _rate_limit(rate_limit)
     endpoint.save(update_fields=["rate_limit"])
+
+
+#: What ``update_endpoint()`` may change, and what ``endpoint_problems()`` checks.
+ENDPOINT_FIELDS = (
+    "url",
+    "description",
+    "event_types",
+    "timeout",
+    "rate_limit",
+    "headers",
+    "signature_scheme",
+)
+
+
+def endpoint_problems(**fields: Any) -> dict[str, str]:
+    """What is wrong with each of these endpoint fields, by name (empty: nothing is).
+
+    The one place an endpoint's fields are checked, field by field, so that the portal
+    can say which field was wrong; ``create_endpoint()`` and ``update_endpoint()`` refuse
+    the same values."""
+    checks: dict[str, Callable[[Any], object]] = {
+        "url": guard.check_url,
+        "description": _description,
+        "event_types": _filters,
+        "timeout": _timeout,
+        "rate_limit": _rate_limit,
+        "headers": endpoint_headers.clean,
+        "signature_scheme": _scheme,
+    }
+    found = {}
+    for name, value in fields.items():
+        if name not in checks:
+            found[name] = f"{name!r} is not a field of an endpoint ({', '.join(checks)})."
+            continue
+        try:
+            checks[name](value)
+        except ValidationError as exc:
+            found[name] = " ".join(exc.messages)
+    return found
 
 
 @_in_webhooks_database

@@ -1,0 +1,300 @@
+"""The portal's pages: server-rendered HTML forms, no build step and no script needed,
+for a tenant's people to do what the API does. Every row is reached through the tenant's
+``Scope`` and every change made by the webhooks' Python API, as in the API's views.
+
+Each page may be shown in an iframe by the origins of
+``OUTBOX["WEBHOOKS"]["PORTAL_FRAME_ANCESTORS"]`` (``Content-Security-Policy:
+frame-ancestors``); forms carry Django's CSRF token (``csrf_protect``, whatever the host's
+middleware). Themes: override the template ``django_outbox/portal/theme.html``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import router, transaction
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_protect
+
+from django_outbox import conf, webhooks
+from django_outbox.db.routing import jobs_of
+from django_outbox.models import DeliveryStatus, Endpoint, Message
+from django_outbox.portal import forms, health, shapes, tenancy
+from django_outbox.portal.api.base import WHOLE_IDS
+from django_outbox.portal.api.endpoints import DISABLED_IN_PORTAL
+from django_outbox.portal.params import whole
+from django_outbox.portal.problems import Problem, not_found
+from django_outbox.portal.scoping import Scope
+from django_outbox.webhooks.access import NAMESPACE
+
+TEMPLATES = "django_outbox/portal/"
+M = TypeVar("M", bound=Model)
+#: The most endpoints the first page lists; the most deliveries, attempts and messages a
+#: page lists (an "Older" link shows the next ones).
+MAX_ENDPOINTS, MAX_DELIVERIES, MAX_ATTEMPTS, MAX_MESSAGES = 200, 50, 50, 50
+#: What a ``?done=`` notice says after a change.
+DONE = {
+    "saved": "Saved.",
+    "enabled": "Enabled: deliveries go to it again.",
+    "disabled": "Disabled: nothing more is sent to it until it is enabled.",
+    "tested": "A webhook.test event is on its way; its delivery is listed below.",
+    "resent": "Sent again: a new round of attempts has started.",
+    "deleted": "The endpoint was deleted.",
+}
+
+
+def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """A page's view: its methods, the tenant, CSRF, the ids, one transaction, problems
+    shown as a page, and the frame-ancestors header."""
+
+    def wrap(function: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @csrf_protect
+        @never_cache
+        def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            try:
+                if request.method not in methods:
+                    raise Problem(
+                        "method-not-allowed",
+                        f"{request.method} is not allowed here: use {', '.join(methods)}.",
+                        headers={"Allow": ", ".join(methods)},
+                    )
+                caller = tenancy.caller(request)
+                kwargs = {name: _id(name, value) for name, value in kwargs.items()}
+                with (
+                    jobs_of(conf.get().WEBHOOKS.BACKEND),
+                    transaction.atomic(using=router.db_for_write(Message)),
+                ):
+                    response = function(request, Scope(caller.tenant), **kwargs)
+            except Problem as problem:
+                response = render(
+                    request, TEMPLATES + "problem.html", {"problem": problem}, status=problem.status
+                )
+                for name, value in problem.headers.items():
+                    response[name] = value
+            return framed(response)
+
+        view.methods = methods  # type: ignore[attr-defined]
+        return view
+
+    return wrap
+
+
+def framed(response: HttpResponse) -> HttpResponse:
+    origins = conf.get().WEBHOOKS.PORTAL_FRAME_ANCESTORS
+    response["Content-Security-Policy"] = "frame-ancestors " + " ".join(("'self'", *origins))
+    if origins:
+        response.xframe_options_exempt = True
+    elif "X-Frame-Options" not in response:
+        response["X-Frame-Options"] = "SAMEORIGIN"
+    return response
+
+
+def _id(name: str, value: str) -> Any:
+    try:
+        return whole(value) if name in WHOLE_IDS else value
+    except ValueError:
+        raise not_found(WHOLE_IDS[name], repr(value)) from None
+
+
+def _to(name: str, *args: Any, done: str = "") -> HttpResponseRedirect:
+    url = reverse(f"{NAMESPACE}:{name}", args=args)
+    return HttpResponseRedirect(f"{url}?done={done}" if done else url)
+
+
+def _context(request: HttpRequest, scope: Scope, **more: Any) -> dict[str, Any]:
+    return {"tenant": scope.tenant, "done": DONE.get(request.GET.get("done", "")), **more}
+
+
+@page("GET")
+def home(request: HttpRequest, scope: Scope) -> HttpResponse:
+    endpoints = list(scope.endpoints().order_by("-pk")[:MAX_ENDPOINTS])
+    healths = health.of(scope, endpoints)
+    rows = [(endpoint, healths[endpoint.pk]) for endpoint in endpoints]
+    return render(request, TEMPLATES + "home.html", _context(request, scope, rows=rows))
+
+
+@page("GET", "POST")
+def endpoint_new(request: HttpRequest, scope: Scope) -> HttpResponse:
+    if request.method == "GET":
+        return render(request, TEMPLATES + "endpoint_new.html", _context(request, scope))
+    fields, errors = forms.endpoint_fields(request.POST)
+    if errors:
+        context = _context(request, scope, form=request.POST, errors=errors)
+        return render(request, TEMPLATES + "endpoint_new.html", context, status=422)
+    endpoint = webhooks.create_endpoint(tenant=scope.tenant, **fields)
+    # The secret is shown on this answer only.
+    return _endpoint_page(request, scope, endpoint, secret=endpoint.secret, status=201)
+
+
+@page("GET", "POST")
+def endpoint(request: HttpRequest, scope: Scope, endpoint_id: int) -> HttpResponse:
+    found = scope.endpoint(endpoint_id)
+    if request.method == "GET":
+        return _endpoint_page(request, scope, found)
+    fields, errors = forms.endpoint_fields(request.POST)
+    if errors:
+        return _endpoint_page(request, scope, found, form=request.POST, errors=errors, status=422)
+    webhooks.update_endpoint(found, **fields)
+    return _to("page-endpoint", found.pk, done="saved")
+
+
+def _endpoint_page(
+    request: HttpRequest, scope: Scope, endpoint: Endpoint, *, status: int = 200, **more: Any
+) -> HttpResponse:
+    shown = request.GET.get("status", "")
+    deliveries = _before(request, scope.deliveries().filter(endpoint=endpoint))
+    if shown in DeliveryStatus.values:
+        deliveries = deliveries.filter(status=shown)
+    listed = list(deliveries.select_related("message").order_by("-pk")[: MAX_DELIVERIES + 1])
+    more.setdefault(
+        "form",
+        {
+            "url": endpoint.url,
+            "description": endpoint.description,
+            "event_types": " ".join(endpoint.event_types),
+            "rate_limit": "" if endpoint.rate_limit is None else f"{endpoint.rate_limit:g}",
+            "timeout": "" if endpoint.timeout is None else f"{endpoint.timeout:g}",
+        },
+    )
+    context = _context(
+        request,
+        scope,
+        endpoint=endpoint,
+        health=health.of(scope, [endpoint])[endpoint.pk],
+        failures=health.last_failures(scope, endpoint),
+        deliveries=listed[:MAX_DELIVERIES],
+        older=listed[MAX_DELIVERIES - 1].pk if len(listed) > MAX_DELIVERIES else None,
+        statuses=DeliveryStatus.values,
+        shown=shown,
+        graces=forms.GRACES,
+        **more,
+    )
+    return render(request, TEMPLATES + "endpoint.html", context, status=status)
+
+
+def _before(request: HttpRequest, rows: QuerySet[M]) -> QuerySet[M]:
+    """The rows older than ``?before=<id>``: a page's "Older" link (scoped rows only)."""
+    try:
+        return rows.filter(pk__lt=whole(request.GET.get("before", "")))
+    except ValueError:
+        return rows
+
+
+@page("GET")
+def messages(request: HttpRequest, scope: Scope) -> HttpResponse:
+    event_type = request.GET.get("event_type", "")
+    rows = _before(request, scope.messages())
+    if event_type:
+        rows = rows.filter(event_type=event_type)
+    listed = list(rows.order_by("-pk")[: MAX_MESSAGES + 1])
+    context = _context(
+        request,
+        scope,
+        messages=listed[:MAX_MESSAGES],
+        older=listed[MAX_MESSAGES - 1].pk if len(listed) > MAX_MESSAGES else None,
+        event_type=event_type,
+    )
+    return render(request, TEMPLATES + "messages.html", context)
+
+
+@page("GET")
+def message(request: HttpRequest, scope: Scope, message_id: str) -> HttpResponse:
+    found = scope.message(message_id)
+    deliveries = scope.deliveries().filter(message=found).select_related("endpoint")
+    context = _context(
+        request,
+        scope,
+        message=found,
+        payload=json.dumps(json.loads(found.body).get("data"), indent=2, ensure_ascii=False),
+        deliveries=deliveries.order_by("pk"),
+    )
+    return render(request, TEMPLATES + "message.html", context)
+
+
+def _action(function: Callable[[HttpRequest, Scope, Endpoint], HttpResponse]) -> Any:
+    def act(request: HttpRequest, scope: Scope, endpoint_id: int) -> HttpResponse:
+        return function(request, scope, scope.endpoint(endpoint_id))
+
+    act.__name__ = function.__name__
+    return page("POST")(act)
+
+
+@_action
+def enable(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
+    webhooks.enable(endpoint)
+    return _to("page-endpoint", endpoint.pk, done="enabled")
+
+
+@_action
+def disable(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
+    webhooks.disable(endpoint, DISABLED_IN_PORTAL)
+    return _to("page-endpoint", endpoint.pk, done="disabled")
+
+
+@_action
+def rotate_secret(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
+    secret = webhooks.rotate_secret(endpoint, forms.grace(request.POST))
+    return _endpoint_page(request, scope, endpoint, secret=secret, rotated=True)
+
+
+@_action
+def send_test(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
+    _deliverable(endpoint)
+    webhooks.send_test(endpoint)
+    return _to("page-endpoint", endpoint.pk, done="tested")
+
+
+@_action
+def recover(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
+    _deliverable(endpoint)
+    since = forms.since(request.POST)
+    if since is None:
+        errors = {"since": "Give a time from 1970 on, e.g. 2026-05-01T12:00 (UTC)."}
+        return _endpoint_page(request, scope, endpoint, recover_errors=errors, status=422)
+    queued = webhooks.recover(endpoint, since)
+    return _endpoint_page(request, scope, endpoint, recovered=queued)
+
+
+@_action
+def delete(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
+    endpoint.delete()
+    return _to("home", done="deleted")
+
+
+def _deliverable(endpoint: Endpoint) -> None:
+    if not endpoint.active:
+        raise Problem(
+            "conflict",
+            f"This endpoint is disabled ({endpoint.disabled_reason or 'by hand'}): enable it "
+            "first.",
+        )
+
+
+@page("GET", "POST")
+def delivery(request: HttpRequest, scope: Scope, delivery_id: int) -> HttpResponse:
+    found = scope.delivery(delivery_id)
+    if request.method == "POST":
+        if not webhooks.resend(found):
+            raise Problem(
+                "conflict",
+                "This delivery is already queued or being sent: it is resent once that run "
+                "ends, if it fails.",
+            )
+        return _to("page-delivery", found.pk, done="resent")
+    attempts = scope.attempts().filter(delivery=found).order_by("-pk")[:MAX_ATTEMPTS]
+    body = found.message.body
+    context = _context(
+        request,
+        scope,
+        delivery=found,
+        attempts=attempts,
+        request_body=body[: shapes.REQUEST_EXCERPT],
+        truncated=len(body) > shapes.REQUEST_EXCERPT,
+    )
+    return render(request, TEMPLATES + "delivery.html", context)

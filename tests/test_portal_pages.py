@@ -1,0 +1,157 @@
+"""The portal's pages with Django's test client: forms, their errors, CSRF, the
+frame-ancestors header, delivery health. tests/test_portal_browser.py drives them in
+Chromium."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from django_outbox import webhooks
+from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour, Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+URL = "https://hooks.example.com/in"
+CSRF = "a" * 32
+
+
+@pytest.fixture
+def browser() -> Client:
+    """A client signed in to acme's portal by a link, sending the CSRF token."""
+    client = Client(enforce_csrf_checks=True)
+    client.get(webhooks.portal_url("acme"))
+    client.cookies["csrftoken"] = CSRF
+    return client
+
+
+def post(client: Client, path: str, data: dict | None = None):
+    return client.post(path, {"csrfmiddlewaretoken": CSRF, **(data or {})})
+
+
+def test_without_a_tenant_the_portal_says_how_to_get_in():
+    answer = Client().get("/webhooks/")
+    assert answer.status_code == 401 and b"webhooks.portal_url()" in answer.content
+
+
+def test_adding_an_endpoint_shows_its_secret_once(browser):
+    answer = post(
+        browser, "/webhooks/endpoints/new/", {"url": URL, "event_types": "invoice.*, order.made"}
+    )
+    assert answer.status_code == 201
+    endpoint = Endpoint.objects.get()
+    assert (endpoint.tenant, endpoint.event_types) == ("acme", ["invoice.*", "order.made"])
+    assert endpoint.secret.encode() in answer.content
+    again = browser.get(f"/webhooks/endpoints/{endpoint.pk}/")
+    assert again.status_code == 200 and endpoint.secret.encode() not in again.content
+    assert b"invoice.*" in browser.get("/webhooks/").content
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"url": "https://10.1.2.3/in"}, b"private address"),
+        ({"url": "ftp://example.com/"}, b"not a valid"),
+        ({"url": URL, "rate_limit": "fast"}, b"Must be a number"),
+        ({"url": URL, "event_types": "a%b"}, b"is not an event type filter"),
+        ({"url": URL, "timeout": "9999"}, b"timeout must be"),
+    ],
+)
+def test_a_bad_form_is_shown_again_with_its_errors_and_saves_nothing(browser, data, says):
+    answer = post(browser, "/webhooks/endpoints/new/", data)
+    assert answer.status_code == 422 and says in answer.content
+    assert b"Nothing was saved" in answer.content and not Endpoint.objects.exists()
+
+
+def test_a_form_without_its_csrf_token_is_refused(browser):
+    answer = browser.post("/webhooks/endpoints/new/", {"url": URL})
+    assert answer.status_code == 403 and not Endpoint.objects.exists()
+
+
+def test_editing_disabling_enabling_rotating_and_deleting(browser):
+    endpoint = webhooks.create_endpoint(URL, tenant="acme")
+    path = f"/webhooks/endpoints/{endpoint.pk}/"
+    saved = post(browser, path, {"url": URL + "/2", "description": "billing"})
+    assert saved.status_code == 302 and saved["Location"] == path + "?done=saved"
+    endpoint.refresh_from_db()
+    assert (endpoint.url, endpoint.description) == (URL + "/2", "billing")
+    refused = post(browser, path, {"url": "https://10.0.0.1/"})
+    assert refused.status_code == 422 and Endpoint.objects.get().url == URL + "/2"
+    post(browser, path + "disable/")
+    assert b"in the portal" in browser.get(path).content
+    assert b"enable it first" in post(browser, path + "test/").content
+    post(browser, path + "enable/")
+    old = Endpoint.objects.get().secret
+    rotated = post(browser, path + "rotate-secret/", {"grace_seconds": "3600"})
+    new = Endpoint.objects.get()
+    assert new.secret != old and new.secret.encode() in rotated.content
+    assert new.previous_secret_expires_at - timezone.now() <= timedelta(hours=1)
+    assert post(browser, path + "delete/")["Location"] == "/webhooks/?done=deleted"
+    assert not Endpoint.objects.exists()
+
+
+def test_the_endpoint_page_shows_its_health_and_last_failures(browser):
+    endpoint = webhooks.create_endpoint(URL, tenant="acme")
+    webhooks.send("invoice.paid", {"id": 1}, tenant="acme")
+    delivery = Delivery.objects.get()
+    Delivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.FAILED)
+    now = timezone.now()
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    EndpointHour.objects.create(endpoint=endpoint, hour=hour, attempts=4, succeeded=3)
+    Attempt.objects.create(
+        delivery=delivery, number=1, started_at=now, duration=0.1, status_code=503
+    )
+    Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_failures=1)
+    page = browser.get(f"/webhooks/endpoints/{endpoint.pk}/").content.decode()
+    assert "75% of 4 attempts" in page and "HTTP 503" in page
+    assert "75%" in browser.get("/webhooks/").content.decode()
+    assert "1 in a row" in browser.get("/webhooks/").content.decode()
+    Job.objects.all().delete()
+    resent = post(browser, f"/webhooks/deliveries/{delivery.pk}/")
+    assert resent["Location"].endswith("?done=resent")
+    assert Delivery.objects.get().status == "pending"
+
+
+def test_pages_may_be_framed_by_the_origins_of_the_setting(browser):
+    answer = browser.get("/webhooks/")
+    assert answer["Content-Security-Policy"] == "frame-ancestors 'self'"
+    assert answer["X-Frame-Options"] == "SAMEORIGIN"
+    origins = {"WEBHOOKS": {"PORTAL_FRAME_ANCESTORS": ["https://app.example.com"]}}
+    with override_settings(OUTBOX=origins):
+        framed = browser.get("/webhooks/")
+    assert framed["Content-Security-Policy"] == "frame-ancestors 'self' https://app.example.com"
+    assert "X-Frame-Options" not in framed
+
+
+def test_every_form_field_has_a_label(browser):
+    endpoint = webhooks.create_endpoint(URL, tenant="acme")
+    page = browser.get(f"/webhooks/endpoints/{endpoint.pk}/").content.decode()
+    ids = re.findall(r'<(?:input|select)[^>]*\sid="([^"]+)"', page)
+    assert ids and all(f'for="{i}"' in page for i in ids), ids
+
+
+def test_messages_are_listed_newest_first_with_older_pages_and_read_with_payload(
+    browser, monkeypatch
+):
+    from django_outbox.portal import pages
+
+    monkeypatch.setattr(pages, "MAX_MESSAGES", 2)
+    webhooks.create_endpoint(URL, tenant="acme")
+    sent = [webhooks.send("invoice.paid", {"n": n}, tenant="acme") for n in range(3)]
+    webhooks.send("invoice.paid", {"n": "theirs"}, tenant="globex")
+    first = browser.get("/webhooks/messages/").content.decode()
+    assert sent[2].uid in first and sent[1].uid in first and sent[0].uid not in first
+    older = re.search(r'href="\?before=(\d+)', first)
+    assert older is not None
+    second = browser.get(f"/webhooks/messages/?before={older[1]}").content.decode()
+    assert sent[0].uid in second and sent[1].uid not in second
+    none = browser.get("/webhooks/messages/?event_type=order.made").content.decode()
+    assert "No messages of order.made" in none
+    page = browser.get(f"/webhooks/messages/{sent[0].uid}/").content.decode()
+    assert "&quot;n&quot;: 0" in page and URL in page  # the payload, escaped
+    theirs = webhooks.send("invoice.paid", {}, tenant="globex")
+    assert browser.get(f"/webhooks/messages/{theirs.uid}/").status_code == 404
