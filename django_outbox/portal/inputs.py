@@ -45,6 +45,10 @@ ENDPOINT = {
     ),
     "rate_limit": Field((*NUMBER, NONE), "a number of requests per second, or null for none"),
     "timeout": Field((*NUMBER, NONE), "a number of seconds, or null for the default"),
+    "headers": Field((dict, NONE), "an object of header names to values, or null for none"),
+    "signature_scheme": Field(
+        (str,), "'v1' (HMAC with a whsec_ secret) or 'v1a' (ed25519, a whpk_ public key)"
+    ),
 }
 
 

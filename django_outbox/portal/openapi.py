@@ -11,8 +11,9 @@ import copy
 import re
 from typing import Any
 
-from django_outbox.models import DeliveryStatus
+from django_outbox.models import DeliveryStatus, SignatureScheme
 from django_outbox.portal.params import MAX_ID, MAX_PAGE_SIZE
+from django_outbox.webhooks import headers
 from django_outbox.webhooks.api import EVENT_TYPE, MAX_GRACE, PATTERN
 
 VERSION = "1"
@@ -72,6 +73,20 @@ ENDPOINT_FIELDS: dict[str, Schema] = {
         "description": "Seconds for a whole request (below the application's lease); null: "
         "the application's default.",
     },
+    "headers": {
+        "type": ["object", "null"],
+        "maxProperties": headers.MAX_HEADERS,
+        "additionalProperties": {"type": "string", "maxLength": headers.MAX_VALUE},
+        "description": "Headers of its own sent with every request (names HTTP tokens; the "
+        "webhook-* headers and the request's own, such as content-type, are reserved). null "
+        "or {}: none.",
+    },
+    "signature_scheme": {
+        "type": "string",
+        "enum": list(SignatureScheme.values),
+        "description": "v1: HMAC-SHA256 with a shared whsec_ secret; v1a: ed25519, verified "
+        "with the endpoint's whpk_ public key. A change rotates into a new key of the scheme.",
+    },
 }
 
 ENDPOINT: dict[str, Schema] = {
@@ -84,6 +99,12 @@ ENDPOINT: dict[str, Schema] = {
     "disabled_at": _nullable(TIME),
     "rate_limit": {"type": ["number", "null"]},
     "timeout": {"type": ["number", "null"]},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+    "signature_scheme": {"type": "string", "enum": list(SignatureScheme.values)},
+    "public_key": {
+        "type": ["string", "null"],
+        "description": "v1a: the whpk_ public key receivers verify with (no secret); v1: null.",
+    },
     "failing_since": _nullable(TIME),
     "consecutive_failures": {"type": "integer", "minimum": 0},
     "previous_secret_expires_at": _nullable(TIME),
@@ -92,7 +113,14 @@ ENDPOINT: dict[str, Schema] = {
 SECRET: Schema = {
     "type": "string",
     "pattern": "^whsec_",
-    "description": "The signing secret: shown here once, never in reads.",
+    "description": "A v1 endpoint's new signing secret: shown here once, never in reads "
+    "(a v1a endpoint's private key is never shown: receivers use its public_key).",
+}
+EVENT_TYPE_SHAPE: dict[str, Schema] = {
+    "name": {"type": "string"},
+    "description": {"type": "string"},
+    "example": {"description": "An example payload (the envelope's data)."},
+    "schema": {"description": "The payload's JSON Schema, or null when none is declared."},
 }
 MESSAGE: dict[str, Schema] = {
     "id": {"type": "string", "description": "The webhook-id header receivers get."},
@@ -159,7 +187,9 @@ def _page(item: str) -> Schema:
 
 SCHEMAS: dict[str, Schema] = {
     "Endpoint": _object(ENDPOINT),
-    "EndpointWithSecret": _object({**ENDPOINT, "secret": SECRET}),
+    "EndpointWithSecret": _object({**ENDPOINT, "secret": SECRET}, list(ENDPOINT)),
+    "EventType": _object(EVENT_TYPE_SHAPE),
+    "EventTypes": _object({"data": {"type": "array", "items": _ref("EventType")}}),
     "EndpointCreate": _object(ENDPOINT_FIELDS, ["url"]),
     "EndpointUpdate": _object(ENDPOINT_FIELDS, []),
     "Message": _object(MESSAGE),
@@ -295,7 +325,7 @@ OPERATIONS = [
     _operation(
         "/endpoints/",
         "post",
-        "Create an endpoint; the answer shows its secret, once.",
+        "Create an endpoint; the answer shows a v1 endpoint's secret, once.",
         (201, "EndpointWithSecret"),
         body="EndpointCreate",
         problems=(422,),
@@ -304,8 +334,9 @@ OPERATIONS = [
     _operation(
         ENDPOINT_PATH,
         "patch",
-        "Change some of an endpoint's fields.",
-        (200, "Endpoint"),
+        "Change some of an endpoint's fields (a new signature_scheme rotates into a new key: "
+        "a v1 secret is shown, once).",
+        (200, "EndpointWithSecret"),
         body="EndpointUpdate",
         problems=(422,),
     ),
@@ -332,7 +363,7 @@ OPERATIONS = [
     _operation(
         ENDPOINT_PATH + "rotate-secret/",
         "post",
-        "A new secret, shown once; the old one keeps signing for the grace period.",
+        "A new key (a v1 secret is shown, once); the old one keeps signing for the grace period.",
         (200, "EndpointWithSecret"),
         body="Rotation",
         problems=(422,),
@@ -351,6 +382,12 @@ OPERATIONS = [
         (202, "Queued"),
         body="Recovery",
         problems=(409, 422),
+    ),
+    _operation(
+        "/event-types/",
+        "get",
+        "The event types the application sends, with an example and a schema each.",
+        (200, "EventTypes"),
     ),
     _operation(
         "/messages/",

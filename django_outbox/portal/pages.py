@@ -128,8 +128,9 @@ def endpoint_new(request: HttpRequest, scope: Scope) -> HttpResponse:
         context = _context(request, scope, form=request.POST, errors=errors)
         return render(request, TEMPLATES + "endpoint_new.html", context, status=422)
     endpoint = webhooks.create_endpoint(tenant=scope.tenant, **fields)
-    # The secret is shown on this answer only.
-    return _endpoint_page(request, scope, endpoint, secret=endpoint.secret, status=201)
+    # A v1 secret is shown on this answer only.
+    secret = shapes.secret_once(endpoint).get("secret")
+    return _endpoint_page(request, scope, endpoint, secret=secret, status=201)
 
 
 @page("GET", "POST")
@@ -239,7 +240,8 @@ def disable(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpRespo
 
 @_action
 def rotate_secret(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
-    secret = webhooks.rotate_secret(endpoint, forms.grace(request.POST))
+    webhooks.rotate_secret(endpoint, forms.grace(request.POST))
+    secret = shapes.secret_once(endpoint).get("secret")
     return _endpoint_page(request, scope, endpoint, secret=secret, rotated=True)
 
 

@@ -8,7 +8,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django_outbox.models import Attempt, Delivery, Endpoint, Message
+from django_outbox.models import Attempt, Delivery, Endpoint, Message, SignatureScheme
+from django_outbox.webhooks import public_key
 
 #: How much of a message's body an attempt's request shows, in characters.
 REQUEST_EXCERPT = 4096
@@ -32,11 +33,24 @@ def endpoint(row: Endpoint) -> dict[str, Any]:
         "disabled_at": moment(row.disabled_at),
         "rate_limit": row.rate_limit,
         "timeout": row.timeout,
+        "headers": row.headers,
+        "signature_scheme": row.signature_scheme,
+        # v1a: what the receiver verifies with, no secret (v1: null; the secret is shown
+        # once, by secret_once()).
+        "public_key": public_key(row),
         "failing_since": moment(row.failing_since),
         "consecutive_failures": row.consecutive_failures,
         "previous_secret_expires_at": moment(row.previous_secret_expires_at),
         "created_at": moment(row.created_at),
     }
+
+
+def secret_once(row: Endpoint) -> dict[str, str]:
+    """What an answer that made a new key shows once: a v1 endpoint's ``whsec_`` secret.
+    A v1a endpoint's private key is never shown: its ``public_key`` is in every read."""
+    if row.signature_scheme == SignatureScheme.V1:
+        return {"secret": row.secret}
+    return {}
 
 
 def message(row: Message, *, with_payload: bool = False) -> dict[str, Any]:

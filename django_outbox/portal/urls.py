@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from django_outbox.portal import pages, views
-from django_outbox.portal.api import deliveries, endpoints, messages
+from django_outbox.portal.api import deliveries, endpoints, event_types, messages
 from django_outbox.portal.api.base import route
 from django_outbox.webhooks.access import NAMESPACE
 
@@ -32,6 +32,7 @@ api = [
     path(f"{endpoint}rotate-secret/", route(POST=endpoints.rotate_secret), name="endpoint-rotate"),
     path(f"{endpoint}test/", route(POST=endpoints.send_test), name="endpoint-test"),
     path(f"{endpoint}recover/", route(POST=endpoints.recover), name="endpoint-recover"),
+    path("event-types/", route(GET=event_types.listed), name="event-types"),
     path("messages/", route(GET=messages.listed), name="messages"),
     path("messages/<str:message_id>/", route(GET=messages.read), name="message"),
     path("deliveries/", route(GET=deliveries.listed), name="deliveries"),

@@ -33,8 +33,8 @@ def create(request: HttpRequest, scope: Scope) -> Answer:
         endpoint = webhooks.create_endpoint(tenant=scope.tenant, **fields)
     except ValidationError as exc:
         raise inputs.invalid({"url": " ".join(exc.messages)}) from None
-    # The secret is shown here, once: reads never show it.
-    return Answer({**shapes.endpoint(endpoint), "secret": endpoint.secret}, status=201)
+    # A v1 secret is shown here, once: reads never show it.
+    return Answer({**shapes.endpoint(endpoint), **shapes.secret_once(endpoint)}, status=201)
 
 
 def read(request: HttpRequest, scope: Scope, endpoint_id: int) -> Answer:
@@ -44,7 +44,10 @@ def read(request: HttpRequest, scope: Scope, endpoint_id: int) -> Answer:
 def update(request: HttpRequest, scope: Scope, endpoint_id: int) -> Answer:
     endpoint = scope.endpoint(endpoint_id)
     fields = inputs.endpoint_fields(request, creating=False)
+    scheme = endpoint.signature_scheme
     webhooks.update_endpoint(endpoint, **fields)
+    if endpoint.signature_scheme != scheme:  # a rotation into the other scheme
+        return Answer({**shapes.endpoint(endpoint), **shapes.secret_once(endpoint)})
     return Answer(shapes.endpoint(endpoint))
 
 
@@ -69,9 +72,9 @@ def disable(request: HttpRequest, scope: Scope, endpoint_id: int) -> Answer:
 
 def rotate_secret(request: HttpRequest, scope: Scope, endpoint_id: int) -> Answer:
     endpoint = scope.endpoint(endpoint_id)
-    secret = webhooks.rotate_secret(endpoint, inputs.grace(request))
-    # The new secret is shown here, once.
-    return Answer({**shapes.endpoint(endpoint), "secret": secret})
+    webhooks.rotate_secret(endpoint, inputs.grace(request))
+    # A new v1 secret is shown here, once (a v1a endpoint's new public key is in its shape).
+    return Answer({**shapes.endpoint(endpoint), **shapes.secret_once(endpoint)})
 
 
 def send_test(request: HttpRequest, scope: Scope, endpoint_id: int) -> Answer:
