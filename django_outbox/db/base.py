@@ -133,11 +133,18 @@ class Dialect(ABC):
         database has no row locks: SQLite's IMMEDIATE transaction holds the whole file)."""
         return " FOR UPDATE" if self.skip_locked else ""
 
-    def admit_held(self, jobs: str, keys: str, turns: str, held: str, queued: str) -> str | None:
-        """One statement that, for the keys given as its one parameter (an array), counts
-        each key's turns (jobs whose status is in ``turns``) against its limit and moves its
-        oldest ``held`` jobs up to the free turns to ``queued``, returning (id, queue, run_at);
-        None where arrays are not parameters (the caller counts, reads and updates)."""
+    #: ``admit_held()`` queues at most one job of each key per statement (the caller runs
+    #: it again for the keys that may take more).
+    admits_one_per_key: bool = False
+
+    def admit_held(
+        self, jobs: str, keys: str, among: str, turns: str, held: str, queued: str
+    ) -> str | None:
+        """One statement that, for the keys ``among`` selects (``k.key``, a condition on
+        the key table), counts each key's turns (jobs whose status is in ``turns``)
+        against its limit and moves its oldest ``held`` jobs up to the free turns to
+        ``queued``, returning their (id, queue, run_at, limit_key); None where the caller
+        counts, reads and updates in statements of its own."""
         return None
 
     def delete_chunk(self, table: str, where: str, order: str, most: int) -> str:

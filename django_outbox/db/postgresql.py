@@ -33,19 +33,21 @@ class PostgreSQL(Dialect):
         names = ", ".join(name for name, _element in columns)
         return f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({names}) WHERE {where}"
 
-    def admit_held(self, jobs: str, keys: str, turns: str, held: str, queued: str) -> str | None:
+    def admit_held(
+        self, jobs: str, keys: str, among: str, turns: str, held: str, queued: str
+    ) -> str | None:
         # Each key's turns and its oldest held jobs are one index range each, whatever
         # waits behind them; a LATERAL join plans the same for 1 key or 500.
         return (
             f'WITH free AS (SELECT k.key, k."limit" - (SELECT COUNT(*) FROM {jobs} AS t '
             f"WHERE t.limit_key = k.key AND t.status IN ({turns})) AS n FROM {keys} AS k "
-            "WHERE k.key = ANY(%s::text[]) AND k.held_by IS NULL), "
+            f"WHERE {among} AND k.held_by IS NULL), "
             f"picked AS (SELECT h.id FROM free CROSS JOIN LATERAL (SELECT id FROM {jobs} "
             f"WHERE limit_key = free.key AND status = {held} ORDER BY id "
             "LIMIT GREATEST(free.n, 0)) AS h) "
             f"UPDATE {jobs} SET status = {queued} FROM picked "
             f"WHERE {jobs}.id = picked.id AND {jobs}.status = {held} "
-            f"RETURNING {jobs}.id, {jobs}.queue, {jobs}.run_at"
+            f"RETURNING {jobs}.id, {jobs}.queue, {jobs}.run_at, {jobs}.limit_key"
         )
 
     def id_in_subquery(self, column: str, select: str) -> str:

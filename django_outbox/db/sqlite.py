@@ -13,6 +13,22 @@ class SQLite(Dialect):
     listen_notify = False
     server_clock = False
 
+    admits_one_per_key = True
+
+    def admit_held(
+        self, jobs: str, keys: str, among: str, turns: str, held: str, queued: str
+    ) -> str | None:
+        # The oldest held job of each key with a free turn, by a seek per key; SQLite has
+        # no LATERAL join to take several per key in one statement.
+        return (
+            f"UPDATE {jobs} SET status = {queued} WHERE status = {held} AND id IN ("
+            f"SELECT (SELECT h.id FROM {jobs} AS h WHERE h.limit_key = k.key "
+            f"AND h.status = {held} ORDER BY h.id LIMIT 1) FROM {keys} AS k "
+            f'WHERE {among} AND k.held_by IS NULL AND k."limit" > (SELECT COUNT(*) '
+            f"FROM {jobs} AS t WHERE t.limit_key = k.key AND t.status IN ({turns}))) "
+            "RETURNING id, queue, run_at, limit_key"
+        )
+
     def greatest(self, *sql: str) -> str:
         return f"MAX({', '.join(sql)})"
 

@@ -14,9 +14,10 @@ transactions the second waits for the first, then counts what the first committe
 turn is lost and none is given twice. Keys are locked in sorted order.
 
 Statements per call, whatever the number of jobs and keys (up to 500 keys each): the
-lock, then, on PostgreSQL, one statement that counts the keys' turns and queues their next
-jobs; elsewhere one count, one read of the held jobs to queue (for each key, no further
-than the jobs it takes) and one UPDATE. Written out rather than built by the ORM: a worker
+lock, then, on PostgreSQL and SQLite, one statement that counts the keys' turns and queues
+their next jobs (SQLite's queues one per key: again for the keys with a higher limit that
+took one); on MariaDB and MySQL one count, one read of the held jobs to queue (for each
+key, no further than the jobs it takes) and one UPDATE. Written out rather than built by the ORM: a worker
 runs them for every batch of keyed jobs it ends, and the ORM's building cost more than
 the database's work.
 """
@@ -134,12 +135,9 @@ def _admit(using: str, keys: list[str]) -> list[tuple[int, str, datetime]]:
             params,
         )
         rows = cursor.fetchall()
-        in_one = _admit_sql(using)
-        if in_one is not None:
-            # The free turns, the jobs to queue and their UPDATE in one statement.
-            cursor.execute(named("key-admit", in_one), params)
-            decode = returned_values(connection, Job, ["id", "queue", "run_at"])
-            return [tuple(decode(row)) for row in cursor.fetchall()]
+    if _admit_sql(using, "") is not None:  # the dialect has a statement for it
+        limits = {key: limit for key, limit, held_by in rows if held_by is None}
+        return _admit_in_one(using, limits)
     free = _free_turns(using, {key: (limit, held_by) for key, limit, held_by in rows})
     found = _oldest_held(using, free)
     if found:
@@ -185,13 +183,37 @@ def _free_turns(using: str, rows: dict[str, tuple[int, int | None]]) -> dict[str
     }
 
 
-@lru_cache(maxsize=8)
-def _admit_sql(using: str) -> str | None:
-    """The dialect's admission in one statement, after the lock (None: four statements)."""
+def _admit_in_one(using: str, limits: dict[str, int]) -> list[tuple[int, str, datetime]]:
+    """The free turns, the jobs to queue and their UPDATE in one statement, of the keys
+    whose sequence no failed job holds (``limits``: each one's limit). Where the statement
+    queues at most one job per key, again for the keys that took one and may take more."""
+    connection = connections[using]
+    decode = returned_values(connection, Job, ["id", "queue", "run_at", "limit_key"])
+    found: list[tuple[int, str, datetime]] = []
+    wanted = sorted(limits)
+    with connection.cursor() as cursor:
+        while wanted:
+            among_sql, params = among_texts(using, "k.key", wanted)
+            statement = _admit_sql(using, among_sql)
+            assert statement is not None
+            cursor.execute(named("key-admit", statement), params)
+            rows = [decode(row) for row in cursor.fetchall()]
+            found += [(job_id, queue, run_at) for job_id, queue, run_at, _ in rows]
+            if not dialect(using).admits_one_per_key:
+                break
+            wanted = sorted({key for *_, key in rows if limits[key] > 1})
+    return found
+
+
+@lru_cache(maxsize=64)
+def _admit_sql(using: str, among_sql: str) -> str | None:
+    """The dialect's admission in one statement, after the lock, of the keys ``among_sql``
+    selects (None: the dialect has none)."""
     quote = connections[using].ops.quote_name
     return dialect(using).admit_held(
         jobs=quote(Job._meta.db_table),
         keys=quote(LimitKey._meta.db_table),
+        among=among_sql,
         turns=", ".join(f"'{status.value}'" for status in TURN_STATUSES),
         held=f"'{JobStatus.HELD.value}'",
         queued=f"'{JobStatus.QUEUED.value}'",
