@@ -2,8 +2,9 @@
 app, as a test tenant with its bearer token: no 500, and no answer the document does not
 allow (its status, content type, body and headers), for valid and invalid requests alike.
 
-Marked ``schemathesis`` (about half a minute): ``-m schemathesis`` runs it alone, and
-``-m "not schemathesis"`` leaves it out of the other CI rows.
+Marked ``schemathesis`` (about half a minute): ``-m schemathesis`` runs it alone. CI runs
+it on every database in the Django 6.1 row; the 5.2 row, which serves the same views,
+leaves it out (CI must stay under 25 minutes).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import django
 import pytest
 import schemathesis
 from django.core import signals
@@ -22,7 +24,11 @@ from schemathesis.checks import positive_data_acceptance
 from django_outbox import webhooks
 from django_outbox.models import Attempt, Delivery
 
-pytestmark = [pytest.mark.schemathesis, pytest.mark.django_db]
+pytestmark = [
+    pytest.mark.schemathesis,
+    pytest.mark.django_db,
+    pytest.mark.skipif(django.VERSION < (6, 0), reason="run in the Django 6.1 row only"),
+]
 
 schema = schemathesis.openapi.from_wsgi("/webhooks/api/v1/openapi.json", get_wsgi_application())
 
