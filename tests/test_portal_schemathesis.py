@@ -19,7 +19,7 @@ from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import positive_data_acceptance
+from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
 from django_outbox import webhooks
 from django_outbox.models import Attempt, Delivery
@@ -69,11 +69,16 @@ def token(settings: Any) -> str:
 @settings(
     max_examples=50,
     deadline=None,
+    derandomize=True,  # the same cases in every run: CI fails only on a change
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_the_api_answers_as_its_document_says(case: Any, token: str) -> None:
     # Not "positive data acceptance": a URL the document allows (any string) is refused
-    # with a 422 unless it is https to a public address, which no schema can say.
+    # with a 422 unless it is https to a public address, which no schema can say. Nor
+    # "negative data rejection": a case generated without its Authorization header is
+    # sent with it here, and then counted as bad data accepted (seen once in a hundred
+    # runs); tests/test_portal_bad_input.py refuses each bad input by name instead.
     case.call_and_validate(
-        headers={"Authorization": f"Bearer {token}"}, excluded_checks=[positive_data_acceptance]
+        headers={"Authorization": f"Bearer {token}"},
+        excluded_checks=[positive_data_acceptance, negative_data_rejection],
     )
