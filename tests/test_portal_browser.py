@@ -1,6 +1,7 @@
 """The portal in a real browser (headless Chromium, Playwright), against a live server,
-a real receiver and a webhook worker: open a portal link, add an endpoint with the
-keyboard, send a test event, see its attempt, rotate the secret.
+a real receiver and a webhook worker, with an event-type catalogue declared: open a portal
+link, read the event types, add an endpoint with the keyboard (picking a type by its
+checkbox, with a header of its own), send a test event, see its attempt, rotate the secret.
 
 Screenshots go to the test's temporary directory, or to ``docs/img/`` when
 OUTBOX_SCREENSHOTS names it (``make screenshots``)."""
@@ -13,6 +14,7 @@ from django_outbox import webhooks
 from django_outbox.models import Endpoint
 from tests.conftest import wait_until
 from tests.test_admin_browser import page, screenshots  # noqa: F401 (fixtures)
+from tests.test_webhook_catalogue import CATALOGUE, outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,30 +26,71 @@ def test_a_customer_adds_an_endpoint_tests_it_sees_the_attempt_and_rotates_the_s
     receiver,
     webhook_worker,
 ):
+    with outbox(EVENT_TYPES=CATALOGUE):  # the live server and the worker run in this process
+        _a_customer_at_work(page, screenshots, live_server, receiver, webhook_worker)
+
+
+def _a_customer_at_work(page, screenshots, live_server, receiver, webhook_worker):  # noqa: F811
     webhook_worker()
     page.goto(live_server.url + webhooks.portal_url("acme"))
     assert page.url == f"{live_server.url}/webhooks/"  # the token has left the address
     assert page.locator("h1").inner_text() == "Endpoints"
 
-    # With the keyboard: the skip link first, then the way to the form.
+    # With the keyboard: the skip link first.
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+    # The event types the application sends, from the navigation.
+    navigation = page.get_by_role("navigation", name="Portal")
+    navigation.get_by_role("link", name="Event types").click()
+    page.wait_for_url("**/webhooks/event-types/")
+    assert page.locator(".event-type h2").all_inner_texts() == sorted(CATALOGUE)
+    paid = page.locator("section", has=page.get_by_role("heading", name="invoice.paid"))
+    assert '"amount": "12.00"' in paid.locator("pre").first.inner_text()
+    paid.get_by_text("JSON Schema").click()  # opens the schema
+    assert '"required": [' in paid.locator("details pre").inner_text()
+    page.screenshot(path=str(screenshots / "portal-event-types.png"), full_page=True)
+
+    # Then the way to the form, and the form, with the keyboard.
+    navigation.get_by_role("link", name="Endpoints").click()
     page.get_by_role("link", name="Add an endpoint").focus()
     page.keyboard.press("Enter")
     page.wait_for_url("**/endpoints/new/")
     page.get_by_label("URL").fill(receiver.url("/in"))
     page.get_by_label("Description").fill("Orders")
+
+    def focused() -> str:
+        return page.evaluate("document.activeElement.value || document.activeElement.textContent")
+
+    page.keyboard.press("Tab")  # from the description to the first event type
+    assert focused() == "invoice.created"
+    page.keyboard.press("Tab")
+    assert focused() == "invoice.paid"
+    page.keyboard.press("Space")
+    assert page.get_by_role("checkbox", name="invoice.paid").is_checked()
+    assert not page.get_by_role("checkbox", name="invoice.created").is_checked()
+    page.keyboard.press("Tab")
+    assert focused() == "user.deleted"
+    page.keyboard.press("Tab")  # the link to the event types page, under the checkboxes
+    assert focused() == "What each event type holds"
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "id_headers"
+    page.keyboard.type("X-Api-Key: 4f2a9c")
     page.get_by_label("Description").press("Enter")  # submits the form
     page.wait_for_selector("#secret")
     secret = page.locator("#secret").inner_text().strip()
     endpoint = Endpoint.objects.get()
     assert secret == endpoint.secret and endpoint.tenant == "acme"
+    assert endpoint.event_types == ["invoice.paid"]
+    assert endpoint.headers == {"X-Api-Key": "4f2a9c"}
+    assert page.locator("code.header").inner_text() == "X-Api-Key: 4f2a9c"
 
     page.get_by_role("button", name="Send a test event").click()
     page.wait_for_selector("text=A webhook.test event is on its way")
     wait_until(lambda: receiver.received, what="the test event")
     arrived = receiver.received[0]
     assert webhooks.verify(arrived.headers, arrived.body, secret)["type"] == "webhook.test"
+    assert arrived.headers["x-api-key"] == "4f2a9c"
 
     def delivered() -> bool:
         page.reload()

@@ -130,7 +130,7 @@ def test_pages_may_be_framed_by_the_origins_of_the_setting(browser):
 def test_every_form_field_has_a_label(browser):
     endpoint = webhooks.create_endpoint(URL, tenant="acme")
     page = browser.get(f"/webhooks/endpoints/{endpoint.pk}/").content.decode()
-    ids = re.findall(r'<(?:input|select)[^>]*\sid="([^"]+)"', page)
+    ids = re.findall(r'<(?:input|select|textarea)[^>]*\sid="([^"]+)"', page)
     assert ids and all(f'for="{i}"' in page for i in ids), ids
 
 

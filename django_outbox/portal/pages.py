@@ -41,6 +41,7 @@ MAX_ENDPOINTS, MAX_DELIVERIES, MAX_ATTEMPTS, MAX_MESSAGES = 200, 50, 50, 50
 #: What a ``?done=`` notice says after a change.
 DONE = {
     "saved": "Saved.",
+    "rescheme": "Saved. The signature scheme changed: a new key of it signs from now on.",
     "enabled": "Enabled: deliveries go to it again.",
     "disabled": "Disabled: nothing more is sent to it until it is enabled.",
     "tested": "A webhook.test event is on its way; its delivery is listed below.",
@@ -119,16 +120,42 @@ def home(request: HttpRequest, scope: Scope) -> HttpResponse:
     return render(request, TEMPLATES + "home.html", _context(request, scope, rows=rows))
 
 
+@page("GET")
+def event_types(request: HttpRequest, scope: Scope) -> HttpResponse:
+    """The declared event types, each with its example and schema; none: a sentence."""
+    listed = [
+        (event_type, _pretty(event_type.example), _pretty(event_type.schema))
+        for event_type in webhooks.event_types()
+    ]
+    context = _context(request, scope, event_types=listed)
+    return render(request, TEMPLATES + "event_types.html", context)
+
+
+def _pretty(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _form(form: dict[str, Any], scheme: str = "") -> dict[str, Any]:
+    """The endpoint form's context: its values, the catalogue's checkboxes, the schemes
+    (with ``scheme``, the endpoint's own)."""
+    return {
+        "form": form,
+        "choices": forms.event_type_choices(form["picked"]),
+        "schemes": forms.scheme_choices(scheme),
+    }
+
+
 @page("GET", "POST")
 def endpoint_new(request: HttpRequest, scope: Scope) -> HttpResponse:
     if request.method == "GET":
-        return render(request, TEMPLATES + "endpoint_new.html", _context(request, scope))
+        fresh = _form({"picked": [], "signature_scheme": "v1"})
+        return render(request, TEMPLATES + "endpoint_new.html", _context(request, scope, **fresh))
     fields, errors = forms.endpoint_fields(request.POST)
     if errors:
-        context = _context(request, scope, form=request.POST, errors=errors)
+        context = _context(request, scope, errors=errors, **_form(forms.sent(request.POST)))
         return render(request, TEMPLATES + "endpoint_new.html", context, status=422)
     endpoint = webhooks.create_endpoint(tenant=scope.tenant, **fields)
-    # A v1 secret is shown on this answer only.
+    # A v1 secret is shown on this answer only (a v1a endpoint's page shows its public key).
     secret = shapes.secret_once(endpoint).get("secret")
     return _endpoint_page(request, scope, endpoint, secret=secret, status=201)
 
@@ -138,10 +165,17 @@ def endpoint(request: HttpRequest, scope: Scope, endpoint_id: int) -> HttpRespon
     found = scope.endpoint(endpoint_id)
     if request.method == "GET":
         return _endpoint_page(request, scope, found)
-    fields, errors = forms.endpoint_fields(request.POST)
+    scheme = found.signature_scheme
+    fields, errors = forms.endpoint_fields(request.POST, scheme=scheme)
     if errors:
-        return _endpoint_page(request, scope, found, form=request.POST, errors=errors, status=422)
+        sent = _form(forms.sent(request.POST, scheme), scheme)
+        return _endpoint_page(request, scope, found, errors=errors, status=422, **sent)
     webhooks.update_endpoint(found, **fields)
+    if found.signature_scheme != scheme:
+        # A rotation into the other scheme: a new v1 secret is shown on this answer only.
+        secret = shapes.secret_once(found).get("secret")
+        done = DONE["rescheme"]
+        return _endpoint_page(request, scope, found, secret=secret, rotated=True, done=done)
     return _to("page-endpoint", found.pk, done="saved")
 
 
@@ -153,20 +187,16 @@ def _endpoint_page(
     if shown in DeliveryStatus.values:
         deliveries = deliveries.filter(status=shown)
     listed = list(deliveries.select_related("message").order_by("-pk")[: MAX_DELIVERIES + 1])
-    more.setdefault(
-        "form",
-        {
-            "url": endpoint.url,
-            "description": endpoint.description,
-            "event_types": " ".join(endpoint.event_types),
-            "rate_limit": "" if endpoint.rate_limit is None else f"{endpoint.rate_limit:g}",
-            "timeout": "" if endpoint.timeout is None else f"{endpoint.timeout:g}",
-        },
-    )
+    if "form" not in more:
+        more |= _form(forms.initial(endpoint), endpoint.signature_scheme)
     context = _context(
         request,
         scope,
         endpoint=endpoint,
+        scheme=forms.SCHEMES.get(endpoint.signature_scheme, endpoint.signature_scheme),
+        # v1a: what the receiver verifies with, no secret; the whsk_ key is never shown.
+        public_key=webhooks.public_key(endpoint),
+        headers=forms.sorted_headers(endpoint.headers),
         health=health.of(scope, [endpoint])[endpoint.pk],
         failures=health.last_failures(scope, endpoint),
         deliveries=listed[:MAX_DELIVERIES],

@@ -56,6 +56,7 @@ pages_ = [
     path(delivery, pages.delivery, name="page-delivery"),
     path("messages/", pages.messages, name="page-messages"),
     path("messages/<str:message_id>/", pages.message, name="page-message"),
+    path("event-types/", pages.event_types, name="page-event-types"),
 ]
 
 urlpatterns = [
