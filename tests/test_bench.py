@@ -11,9 +11,10 @@ from django_outbox.models import Job, Workflow
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    # The benchmarks' own tests: the Django 6.1 row runs them on every database; the 5.2
-    # row tests the product (CI must stay under 25 minutes).
-    pytest.mark.skipif(django.VERSION < (6, 0), reason="run in the Django 6.1 row only"),
+    # The benchmarks' own tests run in one CI row, on every database: the Django 5.2 row,
+    # which has the room (the 6.1 row runs the multi-process keys tests, Schemathesis,
+    # wake-ups and pickup alone; CI must stay under 25 minutes).
+    pytest.mark.skipif(django.VERSION >= (6, 0), reason="run in the Django 5.2 row only"),
 ]
 
 
