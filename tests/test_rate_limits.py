@@ -110,8 +110,14 @@ def test_reservations_line_up_one_interval_apart(store):
             waits.append(wait)
             slots.append((before + wait, after + wait))
         assert waits[:2] == [0.0, 0.0]  # the burst goes now
-        for (earliest, latest), (next_earliest, next_latest) in pairwise(slots[1:]):
-            assert next_latest - earliest >= 0.05 - 0.01
+        for n, ((earliest, latest), (next_earliest, next_latest)) in enumerate(
+            pairwise(slots[1:]), start=1
+        ):
+            # A turn already due when its call answered goes at once (wait 0): its slot
+            # may lie before the call (MariaDB reads the clock in a second statement, and
+            # CI's loaded box saw 23 ms between them), so only the next one bounds it.
+            if waits[n] > 0:
+                assert next_latest - earliest >= 0.05 - 0.01
             assert next_earliest - latest <= 0.05 + 0.01
 
 
