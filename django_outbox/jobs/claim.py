@@ -208,6 +208,17 @@ def claim_batch(
                 type(exc).__name__,
                 exc,
             )
+    claimed = claimed_jobs(connection, rows, worker_id, now)
+    # RETURNING comes in no particular order: restore the claim order.
+    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+    return Claimed(claimed, min(waits) if waits else None)
+
+
+def claimed_jobs(
+    connection: Any, rows: list[tuple[Any, ...]], worker_id: str, now: datetime
+) -> list[ClaimedJob]:
+    """The jobs of the RETURNED_FIELDS ``rows`` a claim at ``now`` took (or, where UPDATE
+    returns nothing, read before it wrote them)."""
     decode = returned_values(connection, Job, RETURNED_FIELDS)
     # ClaimedJob's fields are RETURNED_FIELDS, in that order, then last_attempted_at.
     claimed = [ClaimedJob(*[*decode(row), now]) for row in rows]
@@ -217,9 +228,7 @@ def claim_batch(
             job.attempts += 1
             job.started_at = job.started_at or now
             job.worker_ids = [*job.worker_ids, worker_id]
-    # RETURNING comes in no particular order: restore the claim order.
-    claimed.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-    return Claimed(claimed, min(waits) if waits else None)
+    return claimed
 
 
 def _claim_one_limited(
@@ -278,7 +287,7 @@ def _run_claim(
         )
     adapt = connection.ops.adapt_datetimefield_value
     params = [
-        *_claimed_params(connection, worker_id, lease_seconds, now),
+        *claimed_params(connection, worker_id, lease_seconds, now),
         *queues,
         adapt(now),
         backend,
@@ -369,7 +378,7 @@ def _lock_then_mark(
             cursor.execute(
                 _mark_sql(connection.alias, len(rows)),
                 [
-                    *_claimed_params(connection, worker_id, lease_seconds, now),
+                    *claimed_params(connection, worker_id, lease_seconds, now),
                     *[row[0] for row in rows],
                 ],
             )
@@ -410,16 +419,16 @@ def _due_sql(alias: str, queue_count: int, columns: str, limit: str) -> str:
     )
 
 
-def _claimed_params(
+def claimed_params(
     connection: Any, worker_id: str, lease_seconds: float, now: datetime
 ) -> list[Any]:
-    """The parameters of ``_set_claimed``'s assignments, in their order."""
+    """The parameters of ``set_claimed``'s assignments, in their order."""
     adapt = connection.ops.adapt_datetimefield_value
     lease_until = adapt(now + timedelta(seconds=lease_seconds))
     return [worker_id, lease_until, adapt(now), adapt(now), worker_id]
 
 
-def _set_claimed(alias: str) -> str:
+def set_claimed(alias: str) -> str:
     """The claim's assignments: running, leased to the worker, one more attempt."""
     append = dialect(alias).json_append_text("worker_ids", "%s")
     return (
@@ -468,7 +477,7 @@ def _mark_sql(alias: str, count: int) -> str:
     """The locking claim's UPDATE of ``count`` locked rows."""
     table = connections[alias].ops.quote_name(Job._meta.db_table)
     ids = ", ".join(["%s"] * count)
-    return named("claim-mark", f"UPDATE {table} SET {_set_claimed(alias)} WHERE id IN ({ids})")
+    return named("claim-mark", f"UPDATE {table} SET {set_claimed(alias)} WHERE id IN ({ids})")
 
 
 @lru_cache(maxsize=64)
@@ -495,7 +504,7 @@ def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     returning = ", ".join(quote(column(Job, name)) for name in RETURNED_FIELDS)
     return named(
         "claim",
-        f"UPDATE {table} SET {_set_claimed(alias)} "
+        f"UPDATE {table} SET {set_claimed(alias)} "
         f"WHERE {sql.id_in_subquery('id', due)} "
         f"RETURNING {returning}",
     )

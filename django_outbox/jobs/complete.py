@@ -20,6 +20,7 @@ from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
 from django_outbox.jobs import backoff, keys, sidewrites, steps
 from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.handoff import Handoff
 from django_outbox.jobs.returning import column
 from django_outbox.models import Job, JobStatus
 
@@ -100,9 +101,11 @@ def next_run_at(outcome: Outcome) -> datetime:
     return outcome.finished_at + timedelta(seconds=seconds)
 
 
-def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
+def complete(worker_id: str, outcomes: Iterable[Outcome], handoff: Handoff | None = None) -> int:
     """Store a batch of outcomes, and the rows their runs deferred (see sidewrites.py) in
-    the same transaction; returns how many outcomes were stored.
+    the same transaction; returns how many outcomes were stored. With a ``handoff``, the
+    worker takes the next jobs of the keys the batch frees (handoff.py): they are in
+    ``handoff.jobs`` once this returns.
 
     Fewer than given means some jobs had lost their lease (the worker was cut off from
     the database for longer than a lease): another worker took them back, and their
@@ -110,6 +113,8 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
     rows are written all the same: they record what the run did.
     """
     outcomes = list(outcomes)
+    if handoff is not None:  # a retried call starts afresh
+        handoff.jobs, handoff.queued = [], 0
     ending_steps = [o for o in outcomes if o.job.workflow_id is not None and o.ends_job]
     ending_keyed = [o for o in outcomes if o.job.limit_key is not None and o.ends_job]
     if not ending_steps and not ending_keyed and not any(o.writes for o in outcomes):
@@ -127,6 +132,7 @@ def complete(worker_id: str, outcomes: Iterable[Outcome]) -> int:
                 [(o.job.id, o.job.limit_key) for o in ending_keyed],  # type: ignore[misc]
                 failed=[o.job.id for o in ending_keyed if o.status == JobStatus.FAILED],
                 now=timezone.now(),
+                handoff=handoff,
             )
     for after in then:
         try:

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import among, among_texts
+from django_outbox.jobs.handoff import Handoff, take
 from django_outbox.jobs.returning import returned_values
 from django_outbox.models import Job, JobStatus, LimitKey
 from django_outbox.models.jobs import TURN_STATUSES
@@ -96,10 +97,10 @@ def lock(using: str, keys: Iterable[str]) -> dict[str, LimitKey]:
     return found
 
 
-def admit(using: str, keys: Iterable[str], now: datetime) -> int:
+def admit(using: str, keys: Iterable[str], now: datetime, handoff: Handoff | None = None) -> int:
     """Queue the held jobs of ``keys`` whose turn has come, oldest first, and signal their
     queues on commit; returns how many were queued. Safe to run at any time: it counts
-    what is there."""
+    what is there. With a ``handoff``, its worker takes those it may run (handoff.py)."""
     keys = sorted(set(keys))
     if not keys:
         return 0
@@ -109,9 +110,15 @@ def admit(using: str, keys: Iterable[str], now: datetime) -> int:
     with transaction.atomic(using=using, savepoint=False):
         for start in range(0, len(keys), CHUNK):
             found += _admit(using, keys[start : start + CHUNK])
+        admitted = len(found)
+        if found and handoff is not None and handoff.room > 0:
+            taken = take(using, handoff, found, now)
+            found = [job for job in found if job[0] not in taken]
+    if handoff is not None:
+        handoff.queued += len(found)
     if found:
         notify_on_commit([(queue, run_at) for _, queue, run_at in found], using=using)
-    return len(found)
+    return admitted
 
 
 def _admit(using: str, keys: list[str]) -> list[tuple[int, str, datetime]]:
@@ -266,10 +273,17 @@ def _oldest_held(using: str, free: dict[str, int]) -> list[tuple[int, str, datet
     return found
 
 
-def ended(using: str, jobs: Sequence[tuple[int, str]], failed: Iterable[int], now: datetime) -> int:
+def ended(
+    using: str,
+    jobs: Sequence[tuple[int, str]],
+    failed: Iterable[int],
+    now: datetime,
+    handoff: Handoff | None = None,
+) -> int:
     """Jobs with keys ended (``(id, limit_key)``): a sequence that holds on failure is held
     by its job that failed for good (``failed``; the row must say so), then each key's
-    next jobs are queued. In the caller's transaction, after it stored the endings."""
+    next jobs are queued, or handed off. In the caller's transaction, after it stored the
+    endings."""
     if not jobs:
         return 0
     keys = sorted({key for _, key in jobs})
@@ -280,7 +294,7 @@ def ended(using: str, jobs: Sequence[tuple[int, str]], failed: Iterable[int], no
             lock(using, keys)  # all of them, in order, before the first is written
         for job_id, key in holding:
             hold(using, key, job_id)
-        return admit(using, keys, now)
+        return admit(using, keys, now, handoff)
 
 
 def hold(using: str, key: str, job_id: int) -> None:

@@ -20,7 +20,9 @@ from django.utils import timezone
 from django_outbox import telemetry
 from django_outbox.exceptions import ResultNotStored
 from django_outbox.jobs import complete, leases
+from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
+from django_outbox.jobs.handoff import Handoff
 from django_outbox.models import JobStatus
 from django_outbox.worker.database import Database
 from django_outbox.worker.executor import error_record, send_finished
@@ -42,6 +44,8 @@ class Completer:
         limited_queues: set[str],
         requeued: Callable[[datetime, bool], None],
         freed: Callable[[Counter[str]], None],
+        handoff: Callable[[], Handoff | None] = lambda: None,
+        handed: Callable[[list[ClaimedJob]], None] = lambda jobs: None,
     ) -> None:
         self.worker_id = worker_id
         self.db = db
@@ -54,6 +58,10 @@ class Completer:
         self.requeued = requeued
         #: Called with the slots the last write freed, per limited queue.
         self.freed = freed
+        #: What the worker may take of the next jobs of the keys a write frees (None:
+        #: nothing now), and where the jobs it took go (jobs/handoff.py).
+        self.handoff = handoff
+        self.handed = handed
         self.unflushed: list[Outcome] = []
         self.to_release: list[int] = []
         self._since = 0.0
@@ -110,9 +118,12 @@ class Completer:
                 # worker's, are left alone (complete() touches only jobs it holds).
                 self.db.run(lambda: complete.complete(self.worker_id, lost))
             batch = [o for o in batch if o.job.id in held]
+        keyed = any(o.job.limit_key is not None and o.ends_job for o in batch)
+        handoff = self.handoff() if keyed else None
         try:
-            stored = self.db.run(lambda: complete.complete(self.worker_id, batch), True)
+            stored = self.db.run(lambda: complete.complete(self.worker_id, batch, handoff), True)
         except DatabaseErrors:
+            handoff = None  # rolled back: nothing was taken
             batch = self._complete_one_by_one(batch)
             stored = len(batch)
         if stored is None:
@@ -129,13 +140,15 @@ class Completer:
             freed = Counter(o.job.queue for o in batch if o.job.queue in self.limited_queues)
             if freed:
                 self.freed(freed)
-        if any(
-            (o.job.workflow_id is not None or o.job.limit_key is not None) and o.ends_job
-            for o in batch
+        if handoff is not None and handoff.jobs:
+            self.handed(handoff.jobs)
+        if any(o.job.workflow_id is not None and o.ends_job for o in batch) or (
+            keyed and (handoff is None or handoff.queued)
         ):
             # Workflow steps or jobs with keys ended: the steps or the next jobs of the keys
-            # they queued are due now. Look for them at once, not at the next poll (a
-            # wake-up reaches other workers; this one may be polling).
+            # they queued (and did not hand to this worker) are due now. Look for them at
+            # once, not at the next poll (a wake-up reaches other workers; this one may be
+            # polling).
             self.requeued(timezone.now(), False)
         for outcome in batch:
             self._record(outcome)

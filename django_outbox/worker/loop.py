@@ -32,6 +32,7 @@ from django_outbox.db.routing import database_of, serving
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.complete import Outcome
+from django_outbox.jobs.handoff import Handoff
 from django_outbox.lib import text
 from django_outbox.models import Job
 from django_outbox.wake import Wake, Waker, build_waker, choice_reason, notify
@@ -62,6 +63,9 @@ TICK_SECONDS = 0.1
 #: Looks a burst worker makes for due jobs while the database is out of reach (backing off
 #: 0.5, 1, 2, 4 … s) before it leaves with an error instead of calling the queues empty.
 BURST_TRIES = 6
+#: How often a burst worker with nothing in hand looks again while jobs of its queues wait
+#: for a key whose job runs elsewhere.
+HELD_LOOK_SECONDS = 0.5
 #: Most jobs one claim may take (and one completion write), within every database's
 #: limit on statement parameters.
 MAX_BATCH_SIZE = 1000
@@ -142,6 +146,8 @@ class Worker:
             limited_queues=set(settings.concurrency_limits(self.queues)),
             requeued=self.producer.requeued,
             freed=self._slots_freed,
+            handoff=self._handoff,
+            handed=self.producer.handed,
         )
         self.maintenance = Maintenance(
             worker_id=self.id,
@@ -156,6 +162,10 @@ class Worker:
             found_work=self.producer.look_now,
         )
         self.pauses = Pauses(self.id, self.queues, self.db)
+        #: Queues with a concurrency or rate limit: a claim counts them, a hand-off cannot.
+        self._limited = frozenset(settings.concurrency_limits(self.queues)) | frozenset(
+            settings.rate_limits(self.queues)
+        )
 
     # -- control ---------------------------------------------------------------------
 
@@ -240,6 +250,17 @@ class Worker:
         if not isinstance(self.waker, PollingWaker):
             self._listener = Listener(self.waker, self.inbox, self._stop)
             self._listener.start()
+
+    def _handoff(self) -> Handoff | None:
+        """What this worker may take of the next jobs of keys its completion frees: jobs
+        of the queues it claims from (not paused) that have no limit, up to its room."""
+        room = self.producer.handoff_room
+        if self._stop.is_set() or room < 1:
+            return None
+        queues = frozenset(self.producer.queues) - self._limited
+        if not queues:
+            return None
+        return Handoff(self.id, queues, self.backend, room, self.settings.LEASE_SECONDS)
 
     def _slots_freed(self, freed: Counter[str]) -> None:
         """Slots of limited queues came free. This worker takes as many as it has idle
@@ -368,10 +389,14 @@ class Worker:
             # Jobs this worker held back for a rate limit are part of its work.
             self.inbox.wait(min(pause, self.producer.latest_held - now))
             return False
-        if self.producer.due_behind_a_limit() or self.producer.held_behind_a_running_key():
-            # Due jobs wait for room or a token in a limited queue, or for their key's
-            # turn: wait, not leave.
+        if self.producer.due_behind_a_limit():
+            # Due jobs wait for room or a token in a limited queue: wait, not leave.
             self.inbox.wait(pause)
+            return False
+        if self.producer.held_behind_a_running_key():
+            # Jobs wait for their key's turn. The worker running the key's job may run the
+            # next one itself, which signals nobody (jobs/handoff.py): look again soon.
+            self.inbox.wait(min(pause, HELD_LOOK_SECONDS))
             return False
         logger.info("worker %s: nothing is due; leaving (burst)", self.id)
         return True

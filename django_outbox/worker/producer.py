@@ -134,6 +134,19 @@ class Producer:
         return self.concurrency + max(0, self.claim_size - self.concurrency) // 2
 
     @property
+    def handoff_room(self) -> int:
+        """How many jobs a completion may hand this worker (jobs/handoff.py): the batch
+        less the jobs in hand. No low-water mark: a hand-off costs no claim of its own."""
+        if self.pool.stuck >= self.concurrency:
+            return 0
+        return max(0, self.claim_size - self.pool.in_flight - self.pool.stuck)
+
+    def handed(self, jobs: list[claim.ClaimedJob]) -> None:
+        """Run the jobs a completion handed this worker, as if claimed."""
+        self.pool.submit_all(jobs)
+        self.stats.claimed += len(jobs)
+
+    @property
     def idle_threads(self) -> int:
         """Threads free to start a job now: how many jobs of limited queues a claim takes."""
         return max(0, self.concurrency - self.pool.in_flight - self.pool.stuck)

@@ -1,0 +1,95 @@
+"""The hand-off: the worker that ends a key's job runs the key's next job itself.
+
+A key with a limit of 1 has one job queued or running at a time. Without a hand-off, the
+end of its job queues the next, and a claim (this worker's or another's) takes it: one
+more write of the row and one more claim per job, and the workers' claims come back short,
+so claiming, running and completing follow one another instead of overlapping. With it,
+the completion's transaction writes the next job straight to running under this worker,
+leased as a claim leases it (``claim.set_claimed``), and the worker runs it.
+
+Only where a claim by this worker could have taken the job: its queue is one the worker
+serves, is not paused and has no concurrency or rate limit (those are counted at the
+claim), it is due, it was enqueued through the worker's TASKS alias, and the worker has
+room. The rest is queued, and signalled, as before. A handed-off job goes before queued
+jobs of higher priority: priority orders the queue, and a handed-off job never joins it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connections
+
+from django_outbox.db import dialect, named
+from django_outbox.db.rowvalues import among
+from django_outbox.jobs.claim import (
+    RETURNED_FIELDS,
+    ClaimedJob,
+    claimed_jobs,
+    claimed_params,
+    set_claimed,
+)
+from django_outbox.jobs.returning import column
+from django_outbox.models import Job, JobStatus
+
+
+@dataclass(slots=True)
+class Handoff:
+    """A worker ready to take the next jobs of the keys its completion frees."""
+
+    worker_id: str
+    #: Queues whose jobs it may take: served, not paused, without a limit.
+    queues: frozenset[str]
+    backend: str
+    #: Most jobs to take.
+    room: int
+    lease_seconds: float
+    #: The jobs taken, once the completion's transaction has committed.
+    jobs: list[ClaimedJob] = field(default_factory=list)
+    #: Jobs the admission queued rather than handed off (others may claim them).
+    queued: int = 0
+
+
+def take(
+    using: str, handoff: Handoff, admitted: list[tuple[int, str, datetime]], now: datetime
+) -> set[int]:
+    """Of the jobs the admission just queued (id, queue, due time), lease to the worker the
+    oldest it may take, in the caller's transaction; returns their ids."""
+    wanted = sorted(
+        job_id for job_id, queue, run_at in admitted if queue in handoff.queues and run_at <= now
+    )[: handoff.room]
+    if not wanted:
+        return set()
+    connection = connections[using]
+    table = connection.ops.quote_name(Job._meta.db_table)
+    ids, id_params = among(using, "id", wanted)
+    where = f"WHERE {ids} AND status = '{JobStatus.QUEUED.value}' AND backend = %s"
+    claimed = claimed_params(connection, handoff.worker_id, handoff.lease_seconds, now)
+    returned = ", ".join(connection.ops.quote_name(column(Job, name)) for name in RETURNED_FIELDS)
+    with connection.cursor() as cursor:
+        if dialect(using).update_returning:
+            cursor.execute(
+                named(
+                    "key-handoff",
+                    f"UPDATE {table} SET {set_claimed(using)} {where} RETURNING {returned}",
+                ),
+                [*claimed, *id_params, handoff.backend],
+            )
+            rows = list(cursor.fetchall())
+        else:  # read, then write: the admission's UPDATE holds the rows' locks already
+            cursor.execute(
+                named("key-handoff-read", f"SELECT {returned} FROM {table} {where}"),
+                [*id_params, handoff.backend],
+            )
+            rows = list(cursor.fetchall())
+            if rows:
+                ids, id_params = among(using, "id", [row[0] for row in rows])
+                cursor.execute(
+                    named("key-handoff", f"UPDATE {table} SET {set_claimed(using)} WHERE {ids}"),
+                    [*claimed, *id_params],
+                )
+    taken = claimed_jobs(connection, rows, handoff.worker_id, now)
+    handoff.jobs += taken
+    handoff.room -= len(taken)
+    return {job.id for job in taken}
