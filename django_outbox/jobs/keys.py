@@ -325,7 +325,10 @@ def sweep(now: datetime | None = None) -> int:
     key row once (up to 1,000 keys with held jobs); the stalled check runs it."""
     using = router.db_for_write(Job)
     now = now or timezone.now()
-    held = Job.objects.filter(limit_key=OuterRef("key"), status=JobStatus.HELD)
+    # Each key's oldest held job and its turns, by a seek and a range of the key's own
+    # index entries. (An EXISTS, MariaDB joins by reading every held job; under a drain's
+    # writes that read took seconds, and a worker's first stalled check waited for it.)
+    first_held = Job.objects.filter(limit_key=OuterRef("key"), status=JobStatus.HELD)
     turns = (
         Job.objects.filter(limit_key=OuterRef("key"), status__in=TURN_STATUSES)
         .values("limit_key")
@@ -334,9 +337,12 @@ def sweep(now: datetime | None = None) -> int:
     )
     found = (
         LimitKey.objects.using(using)
-        .filter(Exists(held), held_by__isnull=True)
-        .annotate(turns=Coalesce(Subquery(turns), 0))
-        .filter(turns__lt=F("limit"))
+        .filter(held_by__isnull=True)
+        .annotate(
+            first_held=Subquery(first_held.order_by("id").values("id")[:1]),
+            turns=Coalesce(Subquery(turns), 0),
+        )
+        .filter(first_held__isnull=False, turns__lt=F("limit"))
         .values_list("key", flat=True)[:1000]
     )
     return admit(using, list(found), now)
