@@ -114,7 +114,7 @@ def complete(worker_id: str, outcomes: Iterable[Outcome], handoff: Handoff | Non
     """
     outcomes = list(outcomes)
     if handoff is not None:  # a retried call starts afresh
-        handoff.jobs, handoff.queued = [], 0
+        handoff.start()
     ending_steps = [o for o in outcomes if o.job.workflow_id is not None and o.ends_job]
     ending_keyed = [o for o in outcomes if o.job.limit_key is not None and o.ends_job]
     if not ending_steps and not ending_keyed and not any(o.writes for o in outcomes):
@@ -134,6 +134,8 @@ def complete(worker_id: str, outcomes: Iterable[Outcome], handoff: Handoff | Non
                 now=timezone.now(),
                 handoff=handoff,
             )
+    if handoff is not None:
+        handoff.decode(using)
     for after in then:
         try:
             after()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db import connections
 
@@ -45,10 +46,23 @@ class Handoff:
     #: Most jobs to take.
     room: int
     lease_seconds: float
-    #: The jobs taken, once the completion's transaction has committed.
+    #: The jobs taken, once the completion's transaction has committed (``decode()``).
     jobs: list[ClaimedJob] = field(default_factory=list)
     #: Jobs the admission queued rather than handed off (others may claim them).
     queued: int = 0
+    #: The rows taken, and when, as the database returned them: decoded after the commit,
+    #: not while the transaction holds its locks (SQLite's one write lock, above all).
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    taken_at: datetime | None = None
+
+    def start(self) -> None:
+        """Forget what an earlier try took (its transaction was rolled back)."""
+        self.jobs, self.rows, self.queued = [], [], 0
+
+    def decode(self, using: str) -> None:
+        """The jobs of the rows taken, once their transaction has committed."""
+        if self.rows and self.taken_at is not None:
+            self.jobs = claimed_jobs(connections[using], self.rows, self.worker_id, self.taken_at)
 
 
 def take(
@@ -89,7 +103,7 @@ def take(
                     named("key-handoff", f"UPDATE {table} SET {set_claimed(using)} WHERE {ids}"),
                     [*claimed, *id_params],
                 )
-    taken = claimed_jobs(connection, rows, handoff.worker_id, now)
-    handoff.jobs += taken
-    handoff.room -= len(taken)
-    return {job.id for job in taken}
+    handoff.rows += rows
+    handoff.taken_at = now
+    handoff.room -= len(rows)
+    return {row[0] for row in rows}  # RETURNED_FIELDS begin with the id
