@@ -147,6 +147,22 @@ class Dialect(ABC):
         counts, reads and updates in statements of its own."""
         return None
 
+    def admit_held_taking(
+        self,
+        jobs: str,
+        keys: str,
+        among: str,
+        turns: str,
+        held: str,
+        assignments: str,
+        returning: str,
+    ) -> str | None:
+        """As ``admit_held()``, with ``assignments`` (the hand-off's: running for the jobs
+        its worker takes, queued for the others) as the SET clause, returning the columns
+        ``returning``; its parameters are the assignments', then ``among``'s. None where
+        the hand-off takes the jobs in a statement of its own (jobs/handoff.py)."""
+        return None
+
     def delete_chunk(self, table: str, where: str, order: str, most: int) -> str:
         """DELETE the first ``most`` rows of ``table`` matching ``where`` by ``order``,
         passing over rows another transaction holds where the database can."""

@@ -18,15 +18,34 @@ class SQLite(Dialect):
     def admit_held(
         self, jobs: str, keys: str, among: str, turns: str, held: str, queued: str
     ) -> str | None:
+        return self._admit(
+            jobs, keys, among, turns, held, f"status = {queued}", "id, queue, run_at, limit_key"
+        )
+
+    def admit_held_taking(
+        self,
+        jobs: str,
+        keys: str,
+        among: str,
+        turns: str,
+        held: str,
+        assignments: str,
+        returning: str,
+    ) -> str | None:
+        return self._admit(jobs, keys, among, turns, held, assignments, returning)
+
+    def _admit(
+        self, jobs: str, keys: str, among: str, turns: str, held: str, assign: str, back: str
+    ) -> str:
         # The oldest held job of each key with a free turn, by a seek per key; SQLite has
         # no LATERAL join to take several per key in one statement.
         return (
-            f"UPDATE {jobs} SET status = {queued} WHERE status = {held} AND id IN ("
+            f"UPDATE {jobs} SET {assign} WHERE status = {held} AND id IN ("
             f"SELECT (SELECT h.id FROM {jobs} AS h WHERE h.limit_key = k.key "
             f"AND h.status = {held} ORDER BY h.id LIMIT 1) FROM {keys} AS k "
             f'WHERE {among} AND k.held_by IS NULL AND k."limit" > (SELECT COUNT(*) '
             f"FROM {jobs} AS t WHERE t.limit_key = k.key AND t.status IN ({turns}))) "
-            "RETURNING id, queue, run_at, limit_key"
+            f"RETURNING {back}"
         )
 
     def greatest(self, *sql: str) -> str:

@@ -428,14 +428,40 @@ def claimed_params(
     return [worker_id, lease_until, adapt(now), adapt(now), worker_id]
 
 
+def _claimed_columns(alias: str) -> list[tuple[str, str, int]]:
+    """The claim's assignments (column, value, how many of ``claimed_params()`` it takes):
+    running, leased to the worker, one more attempt."""
+    return [
+        ("status", f"'{JobStatus.RUNNING.value}'", 0),
+        ("worker_id", "%s", 1),
+        ("lease_until", "%s", 1),
+        ("attempts", "attempts + 1", 0),
+        ("started_at", "COALESCE(started_at, %s)", 1),
+        ("last_attempted_at", "%s", 1),
+        ("worker_ids", dialect(alias).json_append_text("worker_ids", "%s"), 1),
+    ]
+
+
 def set_claimed(alias: str) -> str:
-    """The claim's assignments: running, leased to the worker, one more attempt."""
-    append = dialect(alias).json_append_text("worker_ids", "%s")
-    return (
-        f"status = '{JobStatus.RUNNING.value}', worker_id = %s, lease_until = %s, "
-        "attempts = attempts + 1, started_at = COALESCE(started_at, %s), "
-        f"last_attempted_at = %s, worker_ids = {append}"
-    )
+    """The claim's assignments; their parameters are ``claimed_params()``."""
+    return ", ".join(f"{name} = {value}" for name, value, _ in _claimed_columns(alias))
+
+
+def set_claimed_when(
+    alias: str, condition: str, condition_params: list[Any], claimed: list[Any], otherwise: str
+) -> tuple[str, list[Any]]:
+    """The claim's assignments for the rows that meet ``condition``; the others keep their
+    values, but for the status ``otherwise``. Returns them with their parameters (where
+    ``claimed`` is ``claimed_params()``). Every value reads the row as it was (SQLite,
+    PostgreSQL; not MariaDB or MySQL, which assign left to right)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    given = iter(claimed)
+    for name, value, count in _claimed_columns(alias):
+        kept = otherwise if name == "status" else name
+        parts.append(f"{name} = CASE WHEN {condition} THEN {value} ELSE {kept} END")
+        params += [*condition_params, *(next(given) for _ in range(count))]
+    return ", ".join(parts), params
 
 
 @contextmanager

@@ -30,6 +30,7 @@ from django_outbox.jobs.claim import (
     claimed_jobs,
     claimed_params,
     set_claimed,
+    set_claimed_when,
 )
 from django_outbox.jobs.returning import column
 from django_outbox.models import Job, JobStatus
@@ -63,6 +64,24 @@ class Handoff:
         """The jobs of the rows taken, once their transaction has committed."""
         if self.rows and self.taken_at is not None:
             self.jobs = claimed_jobs(connections[using], self.rows, self.worker_id, self.taken_at)
+
+
+def assignments(using: str, handoff: Handoff, now: datetime) -> tuple[str, list[Any]]:
+    """The SET clause of an admission that hands off as it queues (where the dialect has
+    one: ``Dialect.admit_held_taking``): running and leased to the worker for the jobs it
+    may take, queued for the others; with its parameters. The caller takes no more keys
+    than the worker has room for (the statement admits one job per key)."""
+    connection = connections[using]
+    queues = sorted(handoff.queues)
+    condition = f"(queue IN ({', '.join(['%s'] * len(queues))}) AND run_at <= %s AND backend = %s)"
+    handoff.taken_at = now
+    return set_claimed_when(
+        using,
+        condition,
+        [*queues, connection.ops.adapt_datetimefield_value(now), handoff.backend],
+        claimed_params(connection, handoff.worker_id, handoff.lease_seconds, now),
+        f"'{JobStatus.QUEUED.value}'",
+    )
 
 
 def take(

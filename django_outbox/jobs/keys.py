@@ -37,8 +37,9 @@ from django.utils import timezone
 
 from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import among, among_texts
-from django_outbox.jobs.handoff import Handoff, take
-from django_outbox.jobs.returning import returned_values
+from django_outbox.jobs.claim import RETURNED_FIELDS
+from django_outbox.jobs.handoff import Handoff, assignments, take
+from django_outbox.jobs.returning import column, returned_values
 from django_outbox.models import Job, JobStatus, LimitKey
 from django_outbox.models.jobs import TURN_STATUSES
 from django_outbox.task import SEQUENCE_PREFIX, OutboxTask
@@ -107,10 +108,12 @@ def admit(using: str, keys: Iterable[str], now: datetime, handoff: Handoff | Non
     found: list[tuple[int, str, datetime]] = []
     # No savepoint of its own: it runs inside a completion, an enqueue or an operation,
     # and a failure here fails the whole of it anyway.
+    taken_before = len(handoff.rows) if handoff is not None else 0
     with transaction.atomic(using=using, savepoint=False):
         for start in range(0, len(keys), CHUNK):
-            found += _admit(using, keys[start : start + CHUNK])
-        admitted = len(found)
+            found += _admit(using, keys[start : start + CHUNK], handoff, now)
+        # Queued, and taken by the handoff in the same statement.
+        admitted = len(found) + (len(handoff.rows) - taken_before if handoff is not None else 0)
         if found and handoff is not None and handoff.room > 0:
             taken = take(using, handoff, found, now)
             found = [job for job in found if job[0] not in taken]
@@ -121,8 +124,11 @@ def admit(using: str, keys: Iterable[str], now: datetime, handoff: Handoff | Non
     return admitted
 
 
-def _admit(using: str, keys: list[str]) -> list[tuple[int, str, datetime]]:
-    """Lock ``keys``' rows, then queue their next held jobs (id, queue, due time).
+def _admit(
+    using: str, keys: list[str], handoff: Handoff | None, now: datetime
+) -> list[tuple[int, str, datetime]]:
+    """Lock ``keys``' rows, then queue their next held jobs; returns those queued (id,
+    queue, due time), not those a ``handoff`` took in the same statement.
 
     The lock is a statement of its own: under READ COMMITTED, a statement that waited for
     a lock still reads what it saw when it began, and what the transaction it waited for
@@ -144,7 +150,7 @@ def _admit(using: str, keys: list[str]) -> list[tuple[int, str, datetime]]:
         rows = cursor.fetchall()
     if _admit_sql(using, "") is not None:  # the dialect has a statement for it
         limits = {key: limit for key, limit, held_by in rows if held_by is None}
-        return _admit_in_one(using, limits)
+        return _admit_in_one(using, limits, handoff, now)
     free = _free_turns(using, {key: (limit, held_by) for key, limit, held_by in rows})
     found = _oldest_held(using, free)
     if found:
@@ -190,10 +196,14 @@ def _free_turns(using: str, rows: dict[str, tuple[int, int | None]]) -> dict[str
     }
 
 
-def _admit_in_one(using: str, limits: dict[str, int]) -> list[tuple[int, str, datetime]]:
+def _admit_in_one(
+    using: str, limits: dict[str, int], handoff: Handoff | None, now: datetime
+) -> list[tuple[int, str, datetime]]:
     """The free turns, the jobs to queue and their UPDATE in one statement, of the keys
-    whose sequence no failed job holds (``limits``: each one's limit). Where the statement
-    queues at most one job per key, again for the keys that took one and may take more."""
+    whose sequence no failed job holds (``limits``: each one's limit); returns the jobs
+    queued. Where the statement queues at most one job per key, again for the keys that
+    took one and may take more. Where the dialect can, a ``handoff`` with room for one
+    job per key takes its jobs in the same statement (handoff.py)."""
     connection = connections[using]
     decode = returned_values(connection, Job, ["id", "queue", "run_at", "limit_key"])
     found: list[tuple[int, str, datetime]] = []
@@ -201,15 +211,61 @@ def _admit_in_one(using: str, limits: dict[str, int]) -> list[tuple[int, str, da
     with connection.cursor() as cursor:
         while wanted:
             among_sql, params = among_texts(using, "k.key", wanted)
-            statement = _admit_sql(using, among_sql)
-            assert statement is not None
-            cursor.execute(named("key-admit", statement), params)
-            rows = [decode(row) for row in cursor.fetchall()]
-            found += [(job_id, queue, run_at) for job_id, queue, run_at, _ in rows]
+            taking = None
+            if handoff is not None and handoff.room >= len(wanted):
+                taking = _admit_taking(using, among_sql, params, handoff, now)
+            if taking is not None:
+                queued, taken_keys = taking
+            else:
+                statement = _admit_sql(using, among_sql)
+                assert statement is not None
+                cursor.execute(named("key-admit", statement), params)
+                queued, taken_keys = [decode(row) for row in cursor.fetchall()], []
+            found += [(job_id, queue, run_at) for job_id, queue, run_at, _ in queued]
             if not dialect(using).admits_one_per_key:
                 break
-            wanted = sorted({key for *_, key in rows if limits[key] > 1})
+            admitted = [*(key for *_, key in queued), *taken_keys]
+            wanted = sorted({key for key in admitted if limits[key] > 1})
     return found
+
+
+def _admit_taking(
+    using: str, among_sql: str, params: list[Any], handoff: Handoff, now: datetime
+) -> tuple[list[tuple[Any, ...]], list[str]] | None:
+    """The admission of the keys ``among_sql`` selects, handing off as it queues: the jobs
+    taken go to ``handoff.rows``. Returns (id, queue, run_at, limit_key) of the jobs
+    queued, and the keys of those taken; None where the dialect has no such statement."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    sql, set_params = assignments(using, handoff, now)
+    fields = [*RETURNED_FIELDS, "status"]
+    statement = dialect(using).admit_held_taking(
+        jobs=quote(Job._meta.db_table),
+        keys=quote(LimitKey._meta.db_table),
+        among=among_sql,
+        turns=", ".join(f"'{status.value}'" for status in TURN_STATUSES),
+        held=f"'{JobStatus.HELD.value}'",
+        assignments=sql,
+        returning=", ".join(quote(column(Job, name)) for name in fields),
+    )
+    if statement is None:
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(named("key-admit-handoff", statement), [*set_params, *params])
+        rows = cursor.fetchall()
+    decode = returned_values(connection, Job, fields)
+    at = {name: position for position, name in enumerate(fields)}
+    queued: list[tuple[Any, ...]] = []
+    taken_keys: list[str] = []
+    for row in rows:
+        if row[at["status"]] == JobStatus.RUNNING.value:
+            handoff.rows.append(row[:-1])  # decoded once the transaction has committed
+            handoff.room -= 1
+            taken_keys.append(row[at["limit_key"]])
+        else:
+            job = decode(row)
+            queued.append(tuple(job[at[name]] for name in ("id", "queue", "run_at", "limit_key")))
+    return queued, taken_keys
 
 
 @lru_cache(maxsize=64)
