@@ -17,9 +17,10 @@ Statements per call, whatever the number of jobs and keys (up to 500 keys each):
 lock, then, on PostgreSQL and SQLite, one statement that counts the keys' turns and queues
 their next jobs (SQLite's queues one per key: again for the keys with a higher limit that
 took one); on MariaDB and MySQL one count, one read of the held jobs to queue (for each
-key, no further than the jobs it takes) and one UPDATE. Written out rather than built by
-the ORM: a worker runs them for every batch of keyed jobs it ends, and the ORM's building
-cost more than the database's work.
+key, no further than the jobs it takes) and one UPDATE. A worker's hand-off (handoff.py)
+adds one statement (two on MariaDB and MySQL), or none on SQLite, whose admission hands off
+itself. Written out rather than built by the ORM: a worker runs them for every batch of
+keyed jobs it ends, and the ORM's building cost more than the database's work.
 """
 
 from __future__ import annotations
