@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -193,3 +193,18 @@ def test_a_burst_worker_waiting_on_a_key_handed_on_elsewhere_leaves_without_its_
     # x ended the key's jobs after 1 s; the burst worker's poll would have come at 30 s
     # (and Redis's read of delayed jobs at 5 s).
     assert time.monotonic() - began < 4
+
+
+def test_a_completion_tried_again_after_a_rollback_hands_off_afresh() -> None:
+    """Database.run runs a completion again after a deadlock: the try that was rolled back
+    took nothing, and the next one has the whole room again."""
+    ids = [pk(in_sequence.enqueue(43, n)) for n in range(2)]
+    [first] = claim("w", ["default"], 1, 60)
+    taking = handoff(room=1)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        complete("w", [Outcome(first, succeeded=True)], taking)
+        raise RuntimeError("deadlock")
+    assert status_of(ids[1]) == JobStatus.HELD
+    assert complete("w", [Outcome(first, succeeded=True)], taking) == 1
+    assert [job.id for job in taking.jobs] == [ids[1]]
+    assert status_of(ids[1]) == JobStatus.RUNNING

@@ -55,10 +55,15 @@ class Handoff:
     #: not while the transaction holds its locks (SQLite's one write lock, above all).
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     taken_at: datetime | None = None
+    #: The room it started with (a try that was rolled back gives it back).
+    offered: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.offered = self.room
 
     def start(self) -> None:
         """Forget what an earlier try took (its transaction was rolled back)."""
-        self.jobs, self.rows, self.queued = [], [], 0
+        self.jobs, self.rows, self.queued, self.room = [], [], 0, self.offered
 
     def decode(self, using: str) -> None:
         """The jobs of the rows taken, once their transaction has committed."""
