@@ -68,6 +68,13 @@ env -u DATABASE_URL "$PY" -m pytest "$@"
 # below the PostgreSQL run's (15 and 14 by default).
 redis_url=${OUTBOX_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}
 mariadb_redis_url="${redis_url%/*}/$(( ${redis_url##*/} - 1 ))"
+# OUTBOX_TEST_SERVER_TESTS (pytest arguments: test files) narrows the PostgreSQL and MariaDB
+# runs to those tests when no pytest arguments pick others: CI's Django 5.2 row runs there
+# the tests of what speaks their SQL, the 6.1 row the whole suite.
+server_args=("$@")
+if [ $# = 0 ] && [ -n "${OUTBOX_TEST_SERVER_TESTS:-}" ]; then
+    read -r -a server_args <<<"$(tr "\n" " " <<<"$OUTBOX_TEST_SERVER_TESTS")"
+fi
 pg_log=$(mktemp)
 (
     # The PostgreSQL run keeps one TASKS alias's jobs in MariaDB beside it, when one
@@ -75,7 +82,7 @@ pg_log=$(mktemp)
     if reachable "$mariadb_url" 2>/dev/null; then
         export OUTBOX_TEST_OTHER_URL=$mariadb_url
     fi
-    OUTBOX_TEST_REDIS_URL=$redis_url run PostgreSQL "$pg_url" "$@"
+    OUTBOX_TEST_REDIS_URL=$redis_url run PostgreSQL "$pg_url" "${server_args[@]}"
 ) >"$pg_log" 2>&1 &
 pg=$!
 
@@ -97,15 +104,8 @@ if [ $# = 0 ] && [ "${OUTBOX_TEST_MYSQL:-1}" = 1 ] && reachable "$mariadb_url" 2
     mysql=$!
 fi
 
-# OUTBOX_TEST_MARIADB_TESTS (pytest arguments: test files) narrows the MariaDB run to those
-# tests when no pytest arguments pick others: CI's Django 5.2 row runs the engine's, the
-# webhooks' and the admin's tests there, the 6.1 row the whole suite.
-mariadb_args=("$@")
-if [ $# = 0 ] && [ -n "${OUTBOX_TEST_MARIADB_TESTS:-}" ]; then
-    read -r -a mariadb_args <<<"$(tr "\n" " " <<<"$OUTBOX_TEST_MARIADB_TESTS")"
-fi
 failed=0
-OUTBOX_TEST_REDIS_URL=$mariadb_redis_url run MariaDB "$mariadb_url" "${mariadb_args[@]}" || failed=1
+OUTBOX_TEST_REDIS_URL=$mariadb_redis_url run MariaDB "$mariadb_url" "${server_args[@]}" || failed=1
 if [ -n "$mysql" ]; then
     wait $mysql || failed=1
     cat "$mysql_log"
