@@ -33,7 +33,7 @@ demo: $(PY) ## Run the demo on SQLite: enqueue jobs, run the worker, serve the a
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py demo $(ARGS)
 
-test: $(PY) ## Run the whole suite on SQLite, and on PostgreSQL and MariaDB when reachable, at once (ARGS for pytest).
+test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL and MariaDB when reachable (ARGS for pytest).
 	VENV_PYTHON=$(PY) scripts/test.sh $(ARGS)
 
 test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3.11 (SQLite, PostgreSQL, MariaDB).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: migrations check, then pytest on SQLite, PostgreSQL and MariaDB at
-# once (and MySQL's part on MariaDB), each server when reachable.
+# The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL and on
+# MariaDB at once (and MySQL's part on MariaDB), each server when reachable.
 #
 # PostgreSQL: DATABASE_URL if set, else postgres://postgres@127.0.0.1:5432/test when a
 # server answers there. MariaDB (or MySQL): MARIADB_URL if set, else
@@ -60,19 +60,14 @@ run() {
     fi
 }
 
-# SQLite, PostgreSQL and MariaDB at once: the server runs wait on worker processes and
-# servers more than they compute. Each has its own test databases and Redis database: the
-# PostgreSQL run takes OUTBOX_TEST_REDIS_URL's (15 by default), MariaDB's the one below,
-# MySQL's inserts four below, SQLite's five below.
+echo "== pytest on SQLite"
+env -u DATABASE_URL "$PY" -m pytest "$@"
+
+# PostgreSQL and MariaDB at once: their runs wait on worker processes and servers more than
+# they compute. Each has its own test databases; the MariaDB run takes the Redis database
+# below the PostgreSQL run's (15 and 14 by default).
 redis_url=${OUTBOX_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}
 mariadb_redis_url="${redis_url%/*}/$(( ${redis_url##*/} - 1 ))"
-sqlite_log=$(mktemp)
-(
-    echo "== pytest on SQLite"
-    OUTBOX_TEST_REDIS_URL="${redis_url%/*}/$(( ${redis_url##*/} - 5 ))" \
-        env -u DATABASE_URL "$PY" -m pytest "$@"
-) >"$sqlite_log" 2>&1 &
-sqlite=$!
 # OUTBOX_TEST_SERVER_TESTS (pytest arguments: test files) narrows the PostgreSQL and MariaDB
 # runs to those tests when no pytest arguments pick others: CI's Django 5.2 row runs there
 # the tests of what speaks their SQL, the 6.1 row the whole suite.
@@ -110,11 +105,6 @@ if [ $# = 0 ] && [ "${OUTBOX_TEST_MYSQL:-1}" = 1 ] && reachable "$mariadb_url" 2
 fi
 
 failed=0
-wait_for_sqlite() {
-    wait $sqlite || failed=1
-    cat "$sqlite_log"
-    rm -f "$sqlite_log"
-}
 OUTBOX_TEST_REDIS_URL=$mariadb_redis_url run MariaDB "$mariadb_url" "${server_args[@]}" || failed=1
 if [ -n "$mysql" ]; then
     wait $mysql || failed=1
@@ -124,5 +114,4 @@ fi
 wait $pg || failed=1
 cat "$pg_log"
 rm -f "$pg_log"
-wait_for_sqlite
 exit $failed
