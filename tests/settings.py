@@ -118,6 +118,13 @@ OUTBOX = {
     },
 }
 
+if os.environ.get("OUTBOX_TEST_SECOND_ALIAS"):
+    # Worker subprocesses of tests/test_tasks_contract.py: a second alias on this database.
+    TASKS["second"] = {
+        "BACKEND": "django_outbox.backend.OutboxBackend",
+        "QUEUES": ["default", "q2"],
+    }
+
 if os.environ.get("OUTBOX_TEST_LIMITED"):
     # Worker subprocesses of the concurrency-limit test share its limit.
     OUTBOX["QUEUES"] = {"limited": {"concurrency": int(os.environ["OUTBOX_TEST_LIMITED"])}}

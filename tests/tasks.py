@@ -385,3 +385,33 @@ def in_sequence_slow_first(context: TaskContext, order: int, n: int, seconds: fl
     (long enough to kill its worker during it) and whose later runs take none."""
     _record(context, f"{order}:{n}", seconds if context.attempt == 1 else 0.0)
     return n
+
+
+def _as_run(context: TaskContext) -> dict[str, Any]:
+    """What a run's context says of the job: its result as the task sees it."""
+    result = context.task_result
+    run_after = result.task.run_after
+    return {
+        "id": result.id,
+        "backend": result.backend,
+        "task_backend": result.task.backend,
+        "queue_name": result.task.queue_name,
+        "priority": result.task.priority,
+        "run_after": run_after.isoformat() if run_after is not None else None,
+    }
+
+
+@task(takes_context=True)
+def reports_its_result(context: TaskContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    return _as_run(context)
+
+
+@task(takes_context=True)
+async def reports_its_result_async(context: TaskContext, *args: Any) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return _as_run(context)
+
+
+@task(takes_context=True, unique_key="the-one-report")
+def reports_its_result_once(context: TaskContext) -> dict[str, Any]:
+    return _as_run(context)

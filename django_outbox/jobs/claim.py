@@ -50,6 +50,7 @@ RETURNED_FIELDS = (
     "kwargs",
     "priority",
     "run_at",
+    "run_after",
     "attempts",
     "max_attempts",
     "timeout",
@@ -80,6 +81,8 @@ class ClaimedJob:
     kwargs: dict[str, Any]
     priority: int
     run_at: datetime
+    #: The ``run_after`` it was enqueued with (None: as soon as possible).
+    run_after: datetime | None
     attempts: int
     max_attempts: int
     timeout: float | None

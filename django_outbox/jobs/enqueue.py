@@ -100,6 +100,7 @@ def build_job(
         kwargs=normal_kwargs,
         priority=task.priority,
         run_at=task.run_after or now,
+        run_after=task.run_after,
         enqueued_at=now,
         max_attempts=(options and options.max_attempts) or settings.DEFAULT_MAX_ATTEMPTS,
         timeout=options.timeout if options else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -60,11 +60,62 @@ _REFRESHED = (
 )
 
 
+def task_as_enqueued(
+    task: Task, backend: str, queue: str, priority: int, run_after: datetime | None
+) -> Task:
+    """``task`` as a job was enqueued with it: through ``backend`` (a TASKS alias), on
+    ``queue``, at ``priority``, to run after ``run_after``: what ``enqueue()`` returned,
+    and what a result read back says. A stored job was validated when it was enqueued, so
+    the copy is not validated again (``dataclasses.replace`` would: a queue removed from
+    QUEUES since would then make its result unreadable)."""
+    if (
+        task.backend == backend
+        and task.queue_name == queue
+        and task.priority == priority
+        and task.run_after == run_after
+    ):
+        return task
+    if run_after is None:
+        key = (id(task), backend, queue, priority)
+        found = _as_enqueued.get(key)
+        if found is not None and found[0] is task:
+            return found[1]
+    copy = object.__new__(type(task))
+    for name in _task_fields(type(task)):
+        object.__setattr__(copy, name, getattr(task, name))
+    object.__setattr__(copy, "backend", backend)
+    object.__setattr__(copy, "queue_name", queue)
+    object.__setattr__(copy, "priority", priority)
+    object.__setattr__(copy, "run_after", run_after)
+    if run_after is None:
+        if len(_as_enqueued) >= _AS_ENQUEUED_MAX:
+            _as_enqueued.clear()
+        _as_enqueued[key] = (task, copy)
+    return copy
+
+
+#: (id of a task, backend, queue, priority) -> (that task, its copy as enqueued there):
+#: most jobs of a task are enqueued alike, and a run may need its copy for each job.
+_as_enqueued: dict[tuple[int, str, str, int], tuple[Task, Task]] = {}
+_AS_ENQUEUED_MAX = 4096
+
+
+def _task_fields(kind: type[Task]) -> tuple[str, ...]:
+    found = _fields_of.get(kind)
+    if found is None:
+        found = _fields_of[kind] = tuple(f.name for f in fields(kind))
+    return found
+
+
+_fields_of: dict[type[Task], tuple[str, ...]] = {}
+
+
 def to_task_result(job: Job, task: Task | None = None) -> TaskResult:
+    """The TaskResult of ``job``, whose task is ``task`` (None: the one at its path), as
+    the job was enqueued: its backend, queue, priority and ``run_after``."""
     if task is None:
         task = resolve_task(job.task_path)
-    if task.queue_name != job.queue or task.priority != job.priority:
-        task = replace(task, queue_name=job.queue, priority=job.priority)
+    task = task_as_enqueued(task, job.backend, job.queue, job.priority, job.run_after)
     return build_result(
         task=task,
         job_id=job.pk,

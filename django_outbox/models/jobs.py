@@ -94,6 +94,9 @@ class Job(models.Model):
     priority = models.SmallIntegerField(default=0)
     status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.QUEUED)
     run_at = models.DateTimeField(default=timezone.now)
+    #: The ``run_after`` the job was enqueued with, as its TaskResult reports it (``run_at``
+    #: moves with each retry's backoff); NULL when it was to run at once.
+    run_after = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="Runs started so far.")
     max_attempts = models.PositiveIntegerField(default=3)
     timeout = models.FloatField(null=True, blank=True, help_text="Seconds; empty for none.")

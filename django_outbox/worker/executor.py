@@ -30,7 +30,7 @@ from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.observers import heard
-from django_outbox.jobs.results import build_result, resolve_task, task_errors
+from django_outbox.jobs.results import build_result, resolve_task, task_as_enqueued, task_errors
 from django_outbox.lib.resultids import result_id
 from django_outbox.models import JobStatus
 from django_outbox.task import OutboxTask
@@ -70,7 +70,7 @@ def claimed_job_result(
 ) -> Any:
     """The TaskResult of a claimed job: running, or as ``outcome`` left it."""
     return build_result(
-        task=task,
+        task=task_as_enqueued(task, job.backend, job.queue, job.priority, job.run_after),
         job_id=job.id,
         token=job.token,
         status=status,
@@ -133,7 +133,7 @@ def execute(job: ClaimedJob, tidy: bool = True) -> Outcome:
             task = cached_task(job.task_path)
             if task.takes_context or heard(task_started):
                 result = claimed_job_result(task, job)
-                task_started.send(backend_class(task), task_result=result)
+                task_started.send(backend_class(result.task), task_result=result)
             with telemetry.run_span(
                 job.task_path,
                 job.queue,
@@ -237,7 +237,8 @@ def send_finished(outcome: Outcome, status: JobStatus) -> None:
         task = cached_task(outcome.job.task_path)
     except Exception:
         return
-    task_finished.send(backend_class(task), task_result=finished_result(task, outcome, status))
+    result = finished_result(task, outcome, status)
+    task_finished.send(backend_class(result.task), task_result=result)
 
 
 def backend_class(task: Task) -> type:
