@@ -4,8 +4,14 @@ The tasks framework connects its own log line to ``task_enqueued``, ``task_start
 ``task_finished``; most sites keep its logger quiet. For a quick job, building the
 TaskResult and sending the signal cost more than the job's own run (and a webhook fan-out
 to a thousand endpoints would build a thousand), so they are skipped when the only receiver
-is that log line and its logger would drop the line. Any other receiver, or the logger enabled at
-the line's level, and the signal goes as always.
+is that log line and no handler would write the line out. Any other receiver, or a handler
+that may write it, and the signal goes as always.
+
+Django's default logging is the common case: the ``django`` logger is at INFO, but its
+handlers are a console that writes only under ``DEBUG`` and the admins' mail, for errors
+only; a line of every run would be built for nobody. A handler's filters are evaluated only
+where they are Django's own ``RequireDebugTrue`` / ``RequireDebugFalse``: any other filter
+may let the line through, so its handler counts as one that writes.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ import importlib
 import logging
 import weakref
 from typing import Any
+
+from django.conf import settings
+from django.utils.log import RequireDebugFalse, RequireDebugTrue
 
 from django_outbox.compat import LOGGER_NAME, task_enqueued, task_finished, task_started
 
@@ -39,4 +48,38 @@ def heard(signal: Any, level: int = logging.INFO) -> bool:
     target = receivers[0][1]
     if isinstance(target, weakref.ReferenceType):
         target = target()
-    return target is not own or _logger.isEnabledFor(level)
+    return target is not own or would_write(_logger, level)
+
+
+def would_write(logger: logging.Logger, level: int) -> bool:
+    """Whether a record at ``level`` from ``logger`` may reach a handler that writes it:
+    as ``Logger.callHandlers`` walks the handlers, without building the record."""
+    if logger.disabled or not logger.isEnabledFor(level):
+        return False
+    if logger.filters:  # the logger's own filters see the record first: they may pass it
+        return True
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level and _may_pass(handler):
+                return True
+        if not current.propagate:
+            break
+        current = current.parent
+    if not found:  # Python's last resort: a stderr handler at WARNING
+        resort = logging.lastResort
+        return resort is not None and level >= resort.level
+    return False
+
+
+def _may_pass(handler: logging.Handler) -> bool:
+    """Whether ``handler``'s filters may let a record through (Django's DEBUG filters are
+    asked; any other filter may)."""
+    for found in handler.filters:
+        if isinstance(found, RequireDebugTrue) and not settings.DEBUG:
+            return False
+        if isinstance(found, RequireDebugFalse) and settings.DEBUG:
+            return False
+    return True
