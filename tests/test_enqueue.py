@@ -39,6 +39,24 @@ def test_enqueue_many_uses_one_insert_per_thousand_rows():
     assert {r.id for r in results} == {result_id(pk, token) for pk, token in stored}
 
 
+def test_enqueue_many_gives_each_result_its_own_job():
+    """Each result names the row holding its own call's arguments, across statements, and
+    reads back as it was returned."""
+    calls = [((n, f"call {n}"), {"n": n, "nested": [n, {"x": n}]}) for n in range(2345)]
+    results = django_outbox.enqueue_many(tasks.echo, calls)
+    stored = {
+        result_id(pk, token): (args, kwargs)
+        for pk, token, args, kwargs in Job.objects.values_list("pk", "token", "args", "kwargs")
+    }
+    assert len(stored) == len(results) == 2345
+    for (args, kwargs), result in zip(calls, results, strict=True):
+        assert stored[result.id] == (list(args), kwargs)
+        assert (result.args, result.kwargs) == (list(args), kwargs)
+    assert tasks.echo.get_result(results[-1].id) == results[-1]
+    (row,) = Job.objects.filter(args=[7, "call 7"]).values("status", "backend", "queue")
+    assert row == {"status": "queued", "backend": "default", "queue": "default"}
+
+
 def test_enqueue_many_is_all_or_nothing():
     calls = [((1, 2), {})] * 1500 + [((object(), 2), {})]
     with pytest.raises(InvalidTaskArguments):

@@ -14,7 +14,7 @@ from django.db import connections, router
 from django.db.models import Model
 
 from django_outbox.db import dialect, named
-from django_outbox.db.rowvalues import any_array_literal
+from django_outbox.db.rowvalues import any_array_literal, quoted_array_literal
 
 
 def insert_rows(
@@ -64,3 +64,73 @@ def insert_rows(
         # Both databases return the inserted rows in the order given (bulk_create relies on
         # it too).
         return [row[0] for row in cursor.fetchall()]
+
+
+def insert_alike(
+    name: str,
+    model: type[Model],
+    shared: dict[str, Any],
+    names: Sequence[str],
+    rows: Sequence[Sequence[str | int | None]],
+) -> list[int]:
+    """Insert one row per item of ``rows`` in one statement (named ``name``; several
+    where the database caps a statement's parameters lower): its fields ``names`` from
+    the item, every field of ``shared`` (name -> value) the same in all. Returns the new
+    primary keys, in the order of ``rows``.
+
+    The rows' values go as they are stored: numbers, and JSON already written as text. The
+    shared values are adapted once, by each field's ``get_db_prep_save``. On PostgreSQL the
+    statement is ``INSERT … SELECT <shared>, u.* FROM unnest(<one array per name>)``: a few
+    parameters whatever the number of rows, each array one string built in C; elsewhere a
+    multi-row ``VALUES`` (MySQL's ids as ``Dialect.inserted_ids`` finds them).
+    """
+    if not rows:
+        return []
+    connection = connections[router.db_for_write(model)]
+    quote = connection.ops.quote_name
+    meta = model._meta
+    shared_fields = [meta.get_field(field) for field in shared]
+    shared_values = [
+        field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+        for field, value in zip(shared_fields, shared.values(), strict=True)
+    ]
+    fields = [meta.get_field(field) for field in names]
+    columns = [quote(str(field.column)) for field in [*shared_fields, *fields]]  # type: ignore[union-attr]
+    assert meta.pk is not None
+    pk = quote(str(meta.pk.column))
+    into = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
+    sql_dialect = dialect(connection.alias)
+    if sql_dialect.array_parameters:
+        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
+        given = ", ".join(["%s"] * len(shared_values))
+        sql = f"{into}SELECT {given}, u.* FROM unnest({arrays}) AS u RETURNING {pk}"
+        params = [
+            *shared_values,
+            *(
+                quoted_array_literal([None if value is None else str(value) for value in column])
+                for column in zip(*rows, strict=True)
+            ),
+        ]
+    else:
+        most = connection.features.max_query_params  # SQLite's: Django 5.2 says 999
+        per_statement = max(1, most // len(columns)) if most else len(rows)
+        if len(rows) > per_statement:
+            return [
+                pk
+                for start in range(0, len(rows), per_statement)
+                for pk in insert_alike(
+                    name, model, shared, names, rows[start : start + per_statement]
+                )
+            ]
+        placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        sql = f"{into}VALUES {', '.join([placeholders] * len(rows))}"
+        params = [value for row in rows for value in (*shared_values, *row)]
+        if sql_dialect.insert_returning:
+            sql = f"{sql} RETURNING {pk}"
+    with connection.cursor() as cursor:
+        cursor.execute(named(name, sql), params)
+        if not sql_dialect.insert_returning:
+            return sql_dialect.inserted_ids(cursor, len(rows))
+        # One statement's new keys rise in the order its rows were written, which is the
+        # order given: sorted, they pair with the rows whatever order RETURNING took.
+        return sorted(row[0] for row in cursor.fetchall())

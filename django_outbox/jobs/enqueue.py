@@ -3,6 +3,11 @@
 The one path every job row takes: ``enqueue``, ``enqueue_many``, unique jobs, schedule
 ticks (``insert_jobs``) and webhook fan-outs (``enqueue_select``). So each job gets the
 same validation, defaults, trace context, wake-up on commit, metric and ``task_enqueued``.
+That is why it is one module of over 400 lines: split, the paths would drift apart.
+
+A bulk enqueue of jobs that differ only in their arguments (``enqueue_many`` without
+concurrency or sequence keys) writes rows, not model instances: each column the jobs share
+is adapted once, each job's arguments are encoded once (``db.inserts.insert_alike``).
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ from django.utils import timezone
 from django_outbox import conf, telemetry
 from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
-from django_outbox.db.inserts import insert_rows
+from django_outbox.db.inserts import insert_alike, insert_rows
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs import keys
-from django_outbox.jobs.jsonvalues import stored_size
+from django_outbox.jobs.jsonvalues import json_text
 from django_outbox.jobs.observers import heard
-from django_outbox.jobs.results import to_task_result
+from django_outbox.jobs.results import build_result, to_task_result
 from django_outbox.lib.resultids import TOKEN_MAX, new_token
 from django_outbox.models import Job, JobStatus
 from django_outbox.models.jobs import ACTIVE_STATUSES
@@ -46,11 +51,29 @@ def json_arguments(
     JSON cannot hold exactly (datetimes, sets, objects, NaN) is refused here, at enqueue,
     rather than failing later in a worker.
     """
+    normal_args, normal_kwargs, _, _ = json_argument_texts(task, args, kwargs)
+    return normal_args, normal_kwargs
+
+
+def json_argument_texts(
+    task: Task, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any], str, str]:
+    """``json_arguments``, and the JSON text of each, as they are stored."""
     size = 0
+    args_text = kwargs_text = ""
+    flat = _flat(args) and _flat_keywords(kwargs)  # JSON's already: nothing to normalise
     try:
-        normal_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
-        normal_kwargs: dict[str, Any] = normalize_json(dict(kwargs))  # type: ignore[assignment]
-        problem, size = stored_size([normal_args, normal_kwargs])
+        normal_args: list[Any]
+        normal_kwargs: dict[str, Any]
+        if flat:
+            normal_args, normal_kwargs = list(args), dict(kwargs)
+        else:
+            normal_args = normalize_json(list(args))  # type: ignore[assignment]
+            normal_kwargs = normalize_json(dict(kwargs))  # type: ignore[assignment]
+        problem, args_text, size = json_text(normal_args)
+        if problem is None:
+            problem, kwargs_text, kwargs_size = json_text(normal_kwargs)
+            size += kwargs_size + 4  # as the two in one list: "[", ", " and "]"
     except (TypeError, ValueError) as exc:
         problem = str(exc)
     except RecursionError:
@@ -67,12 +90,27 @@ def json_arguments(
             f"OUTBOX['MAX_ARGUMENTS_BYTES'] ({limit:,} bytes). Store large data elsewhere (a "
             "model, a file) and pass its key."
         )
-    if _has_non_string_key(normal_kwargs) or _has_non_string_key(normal_args):
+    if not flat and (_has_non_string_key(normal_kwargs) or _has_non_string_key(normal_args)):
         raise InvalidTaskArguments(
             f"Arguments to task {task.module_path!r} use a dict key that is not a string; "
             "JSON would turn it into one, so the task would not get what was sent."
         )
-    return normal_args, normal_kwargs
+    return normal_args, normal_kwargs, args_text, kwargs_text
+
+
+#: Values JSON holds as they are (a float may still be NaN: the encoder refuses it).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat(values: Sequence[Any]) -> bool:
+    """A tuple or list of scalars: what most calls pass."""
+    return type(values) in (tuple, list) and all(type(v) in _SCALARS for v in values)
+
+
+def _flat_keywords(values: dict[str, Any]) -> bool:
+    return type(values) is dict and all(
+        type(k) is str and type(v) in _SCALARS for k, v in values.items()
+    )
 
 
 def _has_non_string_key(value: Any) -> bool:
@@ -404,7 +442,67 @@ def enqueue_many(
         with transaction.atomic(using=router.db_for_write(Job)):
             return [enqueue(task, args, kwargs) for args, kwargs in _pairs(calls)]
     now = timezone.now()
-    return insert_jobs(task, [build_job(task, args, kwargs, now) for args, kwargs in _pairs(calls)])
+    pairs = _pairs(calls)
+    if isinstance(task, OutboxTask) and (
+        task.concurrency_key is not None or task.sequence_key is not None
+    ):
+        return insert_jobs(task, [build_job(task, args, kwargs, now) for args, kwargs in pairs])
+    return _insert_alike(task, pairs, now)
+
+
+def _insert_alike(
+    task: Task, pairs: list[tuple[Sequence[Any], dict[str, Any]]], now: datetime
+) -> list[TaskResult]:
+    """``enqueue_many`` of jobs that differ only in their arguments (and token): what
+    ``insert_jobs`` writes, without a model instance per job. One INSERT per CHUNK_SIZE
+    rows (``insert_alike``: every other column given once), all or none, in a savepoint
+    of their own; then the wake-up on commit, the metric and ``task_enqueued``."""
+    template = build_job(task, [], {}, now)  # every column but the arguments and token
+    arguments = [json_argument_texts(task, args, kwargs) for args, kwargs in pairs]
+    tokens = [new_token() for _ in arguments]
+    using = router.db_for_write(Job)
+    ids: list[int] = []
+    with telemetry.enqueue_span(task.module_path, task.queue_name, len(pairs)) as trace_context:
+        template.trace_context = trace_context
+        shared = {
+            field.name: getattr(template, field.attname)
+            for field in Job._meta.concrete_fields
+            if not field.primary_key and field.name not in _VARYING
+        }
+        rows = [(a, k, token) for (_, _, a, k), token in zip(arguments, tokens, strict=True)]
+        with transaction.atomic(using=using):
+            for start in range(0, len(rows), CHUNK_SIZE):
+                chunk = rows[start : start + CHUNK_SIZE]
+                ids += insert_alike("enqueue", Job, shared, _VARYING, chunk)
+    if template.status == JobStatus.QUEUED and ids:
+        notify_on_commit([(template.queue, template.run_at)], using=using)
+    telemetry.enqueued(task.module_path, task.queue_name, len(ids))
+    results = [
+        build_result(
+            task=task,
+            job_id=pk,
+            token=token,
+            status=JobStatus.QUEUED,
+            args=args,
+            kwargs=kwargs,
+            errors=[],
+            worker_ids=[],
+            enqueued_at=now,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+        )
+        for pk, token, (args, kwargs, _, _) in zip(ids, tokens, arguments, strict=True)
+    ]
+    if heard(task_enqueued, logging.DEBUG):
+        backend_class = type(task.get_backend())
+        for result in results:
+            task_enqueued.send(backend_class, task_result=result)
+    return results
+
+
+#: The columns of ``_insert_alike``'s rows: the rest are the same in every row.
+_VARYING = ("args", "kwargs", "token")
 
 
 def _pairs(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+#: json.dumps with options of its own builds an encoder for each call.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+
 
 def storable_problem(value: Any) -> str | None:
     """Why ``value`` (already JSON-shaped) cannot be stored, or None when it can.
@@ -18,15 +21,22 @@ def storable_problem(value: Any) -> str | None:
 def stored_size(value: Any) -> tuple[str | None, int]:
     """Why ``value`` cannot be stored (see storable_problem), or None and the size of its
     JSON in UTF-8 bytes."""
+    problem, _text, size = json_text(value)
+    return problem, size
+
+
+def json_text(value: Any) -> tuple[str | None, str, int]:
+    """Why ``value`` cannot be stored (see storable_problem), or None, its JSON text as
+    it is stored, and that text's size in UTF-8 bytes."""
     try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
-        return str(exc), 0
+        return str(exc), "", 0
     except RecursionError:
-        return "it is nested too deeply, or contains itself", 0
+        return "it is nested too deeply, or contains itself", "", 0
     if "\x00" in text or "\\u0000" in text:
-        return "strings must not contain the NUL character (\\x00)", 0
+        return "strings must not contain the NUL character (\\x00)", "", 0
     try:
-        return None, len(text.encode("utf-8"))
+        return None, text, len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        return "strings must be valid Unicode (no lone surrogates)", 0
+        return "strings must be valid Unicode (no lone surrogates)", "", 0
