@@ -944,3 +944,35 @@ def test_keys_drains_keyed_jobs_beside_unkeyed_ones_and_times_claims_behind_a_bu
     assert claims["held"]["statements_per_claim"] == claims["none"]["statements_per_claim"]
     assert "of unkeyed" in out and "200 held" in out
     assert not Job.objects.exists()
+
+
+def test_depth_drains_each_size_beside_the_plain_insert_and_the_ceiling(capsys, tmp_path):
+    from django.db import connection
+
+    call_command(
+        "outbox_bench", "depth", "--sizes", "300,150", "--rounds", "1", "--processes", "1",
+        "--concurrency", "2", "--finished", "500", "--json", str(tmp_path / "depth.json"),
+        "--plot", str(tmp_path),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = json.loads((tmp_path / "depth.json").read_text())["figures"]["depth"]
+    assert [f["jobs"] for f in figures] == [150, 300]  # smallest first
+    for f in figures:
+        assert f["drain_per_s"] > 0 and f["enqueue_per_s"] > 0 and f["plain_insert_per_s"] > 0
+        assert 0 < f["statements_per_job"] < 1
+        assert (f["ceiling_per_s"] is None) == (connection.vendor == "sqlite")
+        assert re.search(rf"^\s+{f['jobs']:,}\s+[\d,]+\s+[\d,]+\s+\d+%\s+[\d,]+", out, re.M)
+    plain = "COPY" if connection.vendor == "postgresql" else "multi-row INSERT"
+    assert f"plain: {plain} of rows of the same columns" in out
+    assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
+    assert not Job.objects.exists()  # the queued jobs and the history are gone
+
+
+def test_depth_refuses_bad_sizes_before_starting_anything():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="sizes must be whole numbers of at least 1"):
+        call_command("outbox_bench", "depth", "--sizes", "0,10")
+    with pytest.raises(CommandError, match="--finished must be 0 or more"):
+        call_command("outbox_bench", "depth", "--finished", "-1")
+    assert not Job.objects.exists()

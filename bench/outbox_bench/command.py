@@ -222,6 +222,30 @@ class Command(BaseCommand):
         keyed.add_argument("--processes", type=positive_int, default=2)
         keyed.add_argument("--concurrency", type=positive_int, default=8)
 
+        deep = workloads.add_parser(
+            "depth",
+            parents=[common],
+            help="The drain at several queue depths, beside COPY and the raw-SQL queue: a "
+            "cost per job that grows with the work shows as a falling rate.",
+        )
+        deep.add_argument("--sizes", type=size_list, default=[10_000, 100_000])
+        deep.add_argument("--rounds", type=positive_int, default=3)
+        deep.add_argument("--processes", type=positive_int, default=2)
+        deep.add_argument("--concurrency", type=positive_int, default=4)
+        deep.add_argument("--queue", default="default")
+        deep.add_argument(
+            "--finished",
+            type=int,
+            default=0,
+            help="Keep this many finished jobs in the table through every round (a week of "
+            "history with retention on), e.g. 5000000.",
+        )
+        deep.add_argument(
+            "--no-ceiling",
+            action="store_true",
+            help="Leave out the raw-SQL queue's drain (PostgreSQL, MariaDB).",
+        )
+        deep.add_argument("--worker-dir", type=checkout_dir, default=None, metavar="DIR")
         board = workloads.add_parser(
             "dashboard",
             parents=[common],
@@ -294,6 +318,8 @@ class Command(BaseCommand):
             return self.workflows(options)
         if options["workload"] == "keys":
             return self.keys(options)
+        if options["workload"] == "depth":
+            return self.depth(options)
         if options["workload"] == "retry-storm":
             return self.retry_storm(options)
         if options["workload"] == "fanout":
@@ -591,6 +617,49 @@ class Command(BaseCommand):
                 f"  {f.shape:<8}{f.jobs:>8,}{f.enqueue_seconds:>11.2f}{f.drain_per_s:>14,.0f}"
                 f"{ratio:>10}{per_job:>11}{wait:>15}{step:>9}"
             )
+
+    def depth(self, options: dict[str, Any]) -> None:
+        from outbox_bench import depth
+
+        if options["finished"] < 0:
+            raise CommandError("--finished must be 0 or more")
+        write = self.stdout.write
+        write(
+            f"outbox_bench depth, {connection.vendor}: {options['processes']} runworker "
+            f"processes x {options['concurrency']} threads, no VACUUM before a drain, "
+            f"{options['finished']:,} finished jobs kept, medians of {options['rounds']} "
+            "interleaved rounds"
+        )
+        figures = depth.run(
+            sizes=options["sizes"],
+            rounds=options["rounds"],
+            processes=options["processes"],
+            concurrency=options["concurrency"],
+            queue=options["queue"],
+            finished=options["finished"],
+            worker_dir=options["worker_dir"],
+            with_ceiling=not options["no_ceiling"],
+        )
+        self.results["figures"]["depth"] = [asdict(f) for f in figures]
+        first = figures[0]
+        write(
+            f"  {'queued':>10}{'enqueue/s':>11}{'plain/s':>10}{'of plain':>9}{'drain/s':>10}"
+            f"{'of first':>9}{'stmts/job':>10}{'WAL B/job':>10}{'ceiling/s':>10}{'of ceil':>8}"
+        )
+        for f in figures:
+            stmts = "-" if f.statements_per_job is None else f"{f.statements_per_job:.3f}"
+            wal = "-" if f.wal_bytes_per_job is None else f"{f.wal_bytes_per_job:,.0f}"
+            ceil = "-" if f.ceiling_per_s is None else f"{f.ceiling_per_s:,.0f}"
+            of_ceiling = (
+                "-" if f.ceiling_per_s is None else f"{f.drain_per_s / f.ceiling_per_s:.0%}"
+            )
+            write(
+                f"  {f.jobs:>10,}{f.enqueue_per_s:>11,.0f}{f.plain_insert_per_s:>10,.0f}"
+                f"{f.enqueue_per_s / f.plain_insert_per_s:>9.0%}{f.drain_per_s:>10,.0f}"
+                f"{f.drain_per_s / first.drain_per_s:>9.0%}{stmts:>10}{wal:>10}{ceil:>10}"
+                f"{of_ceiling:>8}"
+            )
+        write(f"  plain: {first.plain_insert} of rows of the same columns, in one transaction")
 
     def keys(self, options: dict[str, Any]) -> None:
         from outbox_bench import keys

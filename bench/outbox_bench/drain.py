@@ -300,10 +300,12 @@ def drain(
     forked: bool = False,
     worker_dir: Path | None = None,
     warm_up: bool = True,
+    vacuum: bool = True,
 ) -> DrainFigures:
     """Enqueue ``jobs`` no-op jobs and time ``processes`` x ``concurrency`` workers running
     them all. ``warm_up``: first drain WARM_UP_JOBS jobs the same way, untimed (from
-    WARM_UP_FROM_JOBS jobs on)."""
+    WARM_UP_FROM_JOBS jobs on). ``vacuum``: on PostgreSQL, ``VACUUM ANALYZE`` the table
+    first (False: as a user's worker meets it, autovacuum having run when it ran)."""
     from outbox_bench.tasks import noop
 
     if not forked and worker_dir is None:
@@ -313,7 +315,7 @@ def drain(
     try:
         return _drain(
             bench_jobs, jobs, processes, concurrency, batch_size, queue, forked, worker_dir,
-            warm_up,
+            warm_up, vacuum,
         )  # fmt: skip
     finally:
         bench_jobs.delete()  # its jobs go, whether the drain worked or not
@@ -329,6 +331,7 @@ def _drain(
     forked: bool,
     worker_dir: Path | None,
     warm_up: bool,
+    vacuum: bool = True,
 ) -> DrainFigures:
     from outbox_bench.tasks import noop
 
@@ -357,7 +360,7 @@ def _drain(
         run_workers(WARM_UP_JOBS)
         bench_jobs.delete()
 
-    if connection.vendor == "postgresql":
+    if vacuum and connection.vendor == "postgresql":
         # Dead rows from earlier runs would slow this one: start every run from clean pages.
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")

@@ -131,7 +131,24 @@ def _dashboard(f: dict[str, Any]) -> list[Panel]:
     return [("render time", "bars", [p["page"] for p in pages], series, "ms")]
 
 
+def _depth(f: dict[str, Any]) -> list[Panel]:
+    rows = f["depth"]
+    sizes = [row["jobs"] for row in rows]
+    drains = {"django_outbox": [row["drain_per_s"] for row in rows]}
+    if all(row["ceiling_per_s"] for row in rows):
+        drains["raw-SQL ceiling"] = [row["ceiling_per_s"] for row in rows]
+    enqueues = {
+        "enqueue_many": [row["enqueue_per_s"] for row in rows],
+        rows[0]["plain_insert"]: [row["plain_insert_per_s"] for row in rows],
+    }
+    return [
+        ("drain against depth", "lines", sizes, drains, "jobs/s"),
+        ("enqueue against depth", "lines", sizes, enqueues, "jobs/s"),
+    ]
+
+
 _DRAWERS = {
+    "depth": _depth,
     "drain": _drain,
     "latency": _latency,
     "idle": _idle,
