@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django_outbox.jobs import keys, leases
+from django_outbox.jobs import idlekeys, keys, leases
 from django_outbox.wake import Waker
 from django_outbox.worker import cancellation
 from django_outbox.worker.completer import Completer
@@ -106,6 +106,7 @@ class Maintenance:
         if now < self._next_sweep:
             return
         self._next_sweep = now + max(self.settings.STALLED_CHECK_SECONDS, SWEEP_SECONDS)
+        self.db.run(idlekeys.forget_idle)  # first: the sweep reads every key row left
         admitted = self.db.run(keys.sweep)
         if admitted:
             self.found_work()
