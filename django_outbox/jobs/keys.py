@@ -407,15 +407,23 @@ def sweep(now: datetime | None = None) -> int:
 
 def held_behind_running(queues: list[str], backend: str = "default") -> bool:
     """Whether a job of ``queues`` is held behind a key that has a running job (whose end
-    gives it its turn). For a burst worker deciding whether to leave."""
-    running = Job.objects.filter(status=JobStatus.RUNNING, limit_key__isnull=False)
+    gives it its turn). For a burst worker deciding whether to leave.
+
+    Two reads, each as long as the running jobs are many: their keys (by the status's
+    index), then a seek in each key's own index entries. (As one IN subquery, MariaDB read
+    every keyed job's index entry: 20 ms at 100,000 held jobs, growing with them.)"""
+    using = router.db_for_write(Job)
+    running = list(
+        Job.objects.using(using)
+        .filter(status=JobStatus.RUNNING, limit_key__isnull=False)
+        .values_list("limit_key", flat=True)
+        .distinct()
+    )
+    if not running:
+        return False
     return (
-        Job.objects.using(router.db_for_write(Job))
-        .filter(
-            status=JobStatus.HELD,
-            queue__in=queues,
-            backend=backend,
-            limit_key__in=running.values("limit_key"),
-        )
+        Job.objects.using(using)
+        .filter(status=JobStatus.HELD, limit_key__in=running, queue__in=queues, backend=backend)
         .exists()
     )
+
