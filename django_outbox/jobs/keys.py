@@ -426,4 +426,3 @@ def held_behind_running(queues: list[str], backend: str = "default") -> bool:
         .filter(status=JobStatus.HELD, limit_key__in=running, queue__in=queues, backend=backend)
         .exists()
     )
-
