@@ -172,10 +172,17 @@ class Dialect(ABC):
         )
 
     def update_from_arrays(
-        self, table: str, assignments: str, columns: list[tuple[str, str]], where: str
+        self,
+        table: str,
+        assignments: str,
+        columns: list[tuple[str, str]],
+        where: str,
+        constants: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
     ) -> str:
         """UPDATE ``table`` joined to a table ``v`` of one array parameter per column (name,
-        element type), one row per index (``array_parameters`` only)."""
+        element type), one row per index (``array_parameters`` only); ``constants`` (name,
+        SQL) are columns of ``v`` too, the same in every row, that the planner cannot see
+        through (``where`` compares the table with them as it would with constants)."""
         raise NotImplementedError(f"{self.vendor} has no array parameters")
 
     def id_in_subquery(self, column: str, select: str) -> str:

@@ -27,11 +27,28 @@ class PostgreSQL(Dialect):
         return "EXTRACT(EPOCH FROM statement_timestamp())::float8"
 
     def update_from_arrays(
-        self, table: str, assignments: str, columns: list[tuple[str, str]], where: str
+        self,
+        table: str,
+        assignments: str,
+        columns: list[tuple[str, str]],
+        where: str,
+        constants: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
     ) -> str:
         arrays = ", ".join(f"%s::{element}[]" for _name, element in columns)
         names = ", ".join(name for name, _element in columns)
-        return f"UPDATE {table} SET {assignments} FROM unnest({arrays}) AS v({names}) WHERE {where}"
+        rows = f"unnest({arrays}) AS v({names})"
+        if constants:
+            # The constants as columns of v behind OFFSET 0, which keeps the subquery from
+            # being pulled up: compared with them, the table's columns are join clauses,
+            # not restrictions. The table then has no restriction a partial index's
+            # predicate could match (status = 'running' matched outbox_job_lease, whose
+            # dead entries a bitmap scan reads all of until VACUUM), and no selectivity
+            # for stale statistics to underestimate (one running row: a nested loop that
+            # rescanned v once per row). What is left: each row of v found by primary key,
+            # or, for a table small enough, one sequential scan hashed against v.
+            extra = ", ".join(f"{sql} AS {name}" for name, sql in constants)
+            rows = f"(SELECT *, {extra} FROM {rows} OFFSET 0) AS v"
+        return f"UPDATE {table} SET {assignments} FROM {rows} WHERE {where}"
 
     def admit_held(
         self, jobs: str, keys: str, among: str, turns: str, held: str, queued: str

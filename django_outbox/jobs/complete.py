@@ -307,15 +307,19 @@ def _update_joined(
         return RawSQL(f"v.{names[-1]}", [])
 
     assignments, params = _assignments(connection, values, column_of_values)
+    # Status and worker are compared with columns of v, not constants (see
+    # update_from_arrays): the plan is then the same whatever the statistics say.
     sql = dialect(connection.alias).update_from_arrays(
         table,
         ", ".join(assignments),
         list(zip(names, types, strict=True)),
         f"{table}.id = v._id AND {table}.attempts = v._attempts "
-        f"AND {table}.status = '{JobStatus.RUNNING.value}' AND {table}.worker_id = %s",
+        f"AND {table}.status = v._status AND {table}.worker_id = v._worker",
+        constants=[("_status", f"'{JobStatus.RUNNING.value}'::text"), ("_worker", "%s::text")],
     )
     with connection.cursor() as cursor:
-        cursor.execute(named(name, sql), [*params, *arrays, worker_id])
+        # The worker id's placeholder comes before the arrays' (v's select list).
+        cursor.execute(named(name, sql), [*params, worker_id, *arrays])
         count: int = cursor.rowcount
     return count
 
