@@ -313,13 +313,17 @@ def _update_joined(
         table,
         ", ".join(assignments),
         list(zip(names, types, strict=True)),
+        # The ids once more as the table's one restriction: the rows are read by primary
+        # key, one probe each, rather than by a scan of the whole table (which the planner
+        # preferred for a table of up to some 30,000 rows).
         f"{table}.id = v._id AND {table}.attempts = v._attempts "
-        f"AND {table}.status = v._status AND {table}.worker_id = v._worker",
+        f"AND {table}.status = v._status AND {table}.worker_id = v._worker "
+        f"AND {table}.id = ANY(%s::bigint[])",
         constants=[("_status", f"'{JobStatus.RUNNING.value}'::text"), ("_worker", "%s::text")],
     )
     with connection.cursor() as cursor:
         # The worker id's placeholder comes before the arrays' (v's select list).
-        cursor.execute(named(name, sql), [*params, worker_id, *arrays])
+        cursor.execute(named(name, sql), [*params, worker_id, *arrays, arrays[0]])
         count: int = cursor.rowcount
     return count
 
