@@ -177,12 +177,17 @@ class Dialect(ABC):
         assignments: str,
         columns: list[tuple[str, str]],
         where: str,
-        constants: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        constants: tuple[tuple[str, str], ...] = (),
+        key: tuple[str, str] | None = None,
     ) -> str:
         """UPDATE ``table`` joined to a table ``v`` of one array parameter per column (name,
-        element type), one row per index (``array_parameters`` only); ``constants`` (name,
-        SQL) are columns of ``v`` too, the same in every row, that the planner cannot see
-        through (``where`` compares the table with them as it would with constants)."""
+        element type), one row per index (``array_parameters`` only). ``constants`` (name,
+        type): more columns of ``v``, one parameter each, the same in every row, which the
+        planner cannot see through: ``where`` compares the table with them rather than with
+        constants, which a partial index or stale statistics could then pick the plan by.
+        ``key`` (column, element type): the table's rows are also restricted to that
+        column being in one more array parameter (the keys, again). Parameters: the
+        assignments', the constants', the arrays', the keys."""
         raise NotImplementedError(f"{self.vendor} has no array parameters")
 
     def id_in_subquery(self, column: str, select: str) -> str:

@@ -32,7 +32,8 @@ class PostgreSQL(Dialect):
         assignments: str,
         columns: list[tuple[str, str]],
         where: str,
-        constants: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+        constants: tuple[tuple[str, str], ...] = (),
+        key: tuple[str, str] | None = None,
     ) -> str:
         arrays = ", ".join(f"%s::{element}[]" for _name, element in columns)
         names = ", ".join(name for name, _element in columns)
@@ -44,10 +45,15 @@ class PostgreSQL(Dialect):
             # predicate could match (status = 'running' matched outbox_job_lease, whose
             # dead entries a bitmap scan reads all of until VACUUM), and no selectivity
             # for stale statistics to underestimate (one running row: a nested loop that
-            # rescanned v once per row). What is left: each row of v found by primary key,
-            # or, for a table small enough, one sequential scan hashed against v.
-            extra = ", ".join(f"{sql} AS {name}" for name, sql in constants)
+            # rescanned v once per row).
+            extra = ", ".join(f"%s::{element} AS {name}" for name, element in constants)
             rows = f"(SELECT *, {extra} FROM {rows} OFFSET 0) AS v"
+        if key is not None:
+            # The keys once more, as the table's one restriction: estimated at one row
+            # per key whatever the statistics say, and read by primary key (by one
+            # sequential scan only where the table is small enough for that to cost less).
+            column, element = key
+            where = f"{where} AND {table}.{column} = ANY(%s::{element}[])"
         return f"UPDATE {table} SET {assignments} FROM {rows} WHERE {where}"
 
     def admit_held(

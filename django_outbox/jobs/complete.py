@@ -307,23 +307,23 @@ def _update_joined(
         return RawSQL(f"v.{names[-1]}", [])
 
     assignments, params = _assignments(connection, values, column_of_values)
-    # Status and worker are compared with columns of v, not constants (see
-    # update_from_arrays): the plan is then the same whatever the statistics say.
+    # Status and worker are compared with columns of v, not constants, and the rows are
+    # found by their ids (update_from_arrays): the plan is the same whatever the
+    # statistics say, and reads no partial index's dead entries.
     sql = dialect(connection.alias).update_from_arrays(
         table,
         ", ".join(assignments),
         list(zip(names, types, strict=True)),
-        # The ids once more as the table's one restriction: the rows are read by primary
-        # key, one probe each, rather than by a scan of the whole table (which the planner
-        # preferred for a table of up to some 30,000 rows).
         f"{table}.id = v._id AND {table}.attempts = v._attempts "
-        f"AND {table}.status = v._status AND {table}.worker_id = v._worker "
-        f"AND {table}.id = ANY(%s::bigint[])",
-        constants=[("_status", f"'{JobStatus.RUNNING.value}'::text"), ("_worker", "%s::text")],
+        f"AND {table}.status = v._status AND {table}.worker_id = v._worker",
+        constants=(("_status", "text"), ("_worker", "text")),
+        key=("id", "bigint"),
     )
     with connection.cursor() as cursor:
-        # The worker id's placeholder comes before the arrays' (v's select list).
-        cursor.execute(named(name, sql), [*params, worker_id, *arrays, arrays[0]])
+        cursor.execute(
+            named(name, sql),
+            [*params, JobStatus.RUNNING.value, worker_id, *arrays, arrays[0]],
+        )
         count: int = cursor.rowcount
     return count
 
