@@ -137,7 +137,7 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
@@ -150,3 +150,15 @@ LOGGING = {
         "django_tasks": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
+# DJANGO_LOGGING (the benchmarks' --logging): "default" is Django's own logging, as in a
+# project without LOGGING; "info" sends every logger's lines from INFO up to the console.
+if os.environ.get("DJANGO_LOGGING") == "default":
+    LOGGING = {}
+elif os.environ.get("DJANGO_LOGGING") == "info":
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": LOGGING["formatters"],
+        "handlers": LOGGING["handlers"],
+        "root": {"handlers": ["console"], "level": "INFO"},
+    }

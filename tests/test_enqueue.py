@@ -57,6 +57,14 @@ def test_enqueue_many_gives_each_result_its_own_job():
     assert row == {"status": "queued", "backend": "default", "queue": "default"}
 
 
+def test_enqueue_many_stores_the_json_enqueue_stores():
+    """The same text as Django's JSONField writes, so lookups find rows however they were
+    enqueued (SQLite and MariaDB keep the text as written)."""
+    tasks.echo.enqueue("é", k="ü")
+    django_outbox.enqueue_many(tasks.echo, [(("é",), {"k": "ü"})])
+    assert Job.objects.filter(args=["é"], kwargs={"k": "ü"}).count() == 2
+
+
 def test_enqueue_many_is_all_or_nothing():
     calls = [((1, 2), {})] * 1500 + [((object(), 2), {})]
     with pytest.raises(InvalidTaskArguments):

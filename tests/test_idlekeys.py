@@ -77,16 +77,46 @@ def test_a_key_used_again_after_it_was_forgotten_works_as_new(run_worker):
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3
 
 
-def test_the_sweep_over_many_forgotten_keys_costs_what_one_over_a_few_does():
-    in_sequence.enqueue(11, 0)
-    with CaptureQueriesContext(connection) as few:
-        keys.sweep()
+def test_the_sweep_still_gives_turns_once_many_dead_keys_are_forgotten():
+    for n in range(2):
+        in_sequence.enqueue(11, n)  # one queued, one held
     dead_keys(3000)
     assert idlekeys.forget_idle(later()) == 3000
-    with CaptureQueriesContext(connection) as many:
-        keys.sweep()
-    assert len(many.captured_queries) == len(few.captured_queries)
     assert list(LimitKey.objects.values_list("key", flat=True)) == ["sequence:order-11"]
+    Job.objects.filter(status=JobStatus.QUEUED).delete()  # by hand: its turn is free
+    assert keys.sweep() == 1
+    assert list(Job.objects.values_list("status", flat=True)) == ["queued"]
+
+
+def test_keys_in_use_are_not_locked_or_counted_against_the_bound(monkeypatch):
+    monkeypatch.setattr(idlekeys, "FORGET_CHUNK", 100)
+    monkeypatch.setattr(idlekeys, "FORGET_MOST", 250)
+    for n in range(300):
+        per_customer.enqueue(n, 0)  # 300 keys in use, their rows long unwritten
+    LimitKey.objects.update(updated_at=timezone.now() - timedelta(days=1))
+    dead_keys(200)
+    with CaptureQueriesContext(connection) as queries:
+        assert idlekeys.forget_idle() == 200
+    # The keys in use sort first ("customer" < "gone"): had they been picked, counted
+    # against the bound, the call would have stopped before the dead ones' second chunk.
+    deletes = [
+        q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("DELETE")
+    ]
+    assert len(deletes) == 2
+    assert LimitKey.objects.count() == 300
+
+
+def test_a_job_retried_after_its_key_was_forgotten_gets_its_turn(run_worker):
+    from django_outbox.jobs import operations
+
+    result = per_customer.enqueue(5, 0)
+    Job.objects.update(status=JobStatus.FAILED)
+    assert idlekeys.forget_idle(later()) == 1
+    assert operations.retry_now(Job.objects.all()).done == 1
+    assert LimitKey.objects.get().limit == 2  # per_customer's concurrency_limit
+    assert Job.objects.for_result(result.id).get().status == JobStatus.QUEUED
+    run_worker(queues=["default"])
+    assert Job.objects.for_result(result.id).get().status == JobStatus.SUCCEEDED
 
 
 def test_a_call_forgets_at_most_its_bound_in_chunks(monkeypatch):
@@ -106,7 +136,7 @@ def test_a_call_forgets_at_most_its_bound_in_chunks(monkeypatch):
 @pytest.mark.skipif(
     connection.vendor == "sqlite", reason="SQLite has one writer: no enqueue runs beside it"
 )
-def test_an_enqueue_holding_the_key_keeps_it_and_one_waiting_on_it_writes_it_anew():
+def test_a_key_row_an_enqueue_holds_is_skipped_and_kept():
     """A key row an enqueue's transaction holds is skipped; once that enqueue commits its
     job is there, and the key stays."""
     in_sequence.enqueue(12, 0)
@@ -133,3 +163,33 @@ def test_an_enqueue_holding_the_key_keeps_it_and_one_waiting_on_it_writes_it_ane
     assert idlekeys.forget_idle(later()) == 0  # its job is there now
     assert LimitKey.objects.get().key == "sequence:order-12"
     assert Job.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="SQLite has one writer: no enqueue runs beside it"
+)
+def test_an_enqueue_waiting_on_a_key_row_being_deleted_writes_it_anew():
+    """As forget_idle does it: the row locked and deleted in one transaction, while an
+    enqueue under the key waits for it; once it commits the enqueue writes the row anew
+    and its job is queued."""
+    in_sequence.enqueue(13, 0)
+    Job.objects.all().delete()
+    done = threading.Event()
+
+    def enqueue_under_the_key() -> None:
+        try:
+            in_sequence.enqueue(13, 1)
+        finally:
+            done.set()
+            connections.close_all()
+
+    with transaction.atomic():
+        list(LimitKey.objects.select_for_update().filter(key="sequence:order-13"))
+        thread = threading.Thread(target=enqueue_under_the_key)
+        thread.start()
+        assert not done.wait(0.5)  # it waits for the row
+        LimitKey.objects.filter(key="sequence:order-13").delete()
+    thread.join(10)
+    assert done.is_set()
+    assert LimitKey.objects.get().key == "sequence:order-13"
+    assert list(Job.objects.values_list("status", flat=True)) == ["queued"]

@@ -25,6 +25,7 @@ from django_outbox.migrated import require_migrated
 from outbox_bench import ceiling, runworker_report, wakeups
 from outbox_bench.arguments import names, whole_numbers
 from outbox_bench.drain import (
+    LOGGING_CHOICES,
     DrainError,
     DrainFigures,
     check_worker_dir,
@@ -98,6 +99,13 @@ class Command(BaseCommand):
             help="Drain this many times (with --peers, alternating with the raw-SQL ceiling) "
             "and report the best of each and every round's ratio: a drain of a few seconds "
             "on a shared machine varies by a third from one run to the next.",
+        )
+        drain_parser.add_argument(
+            "--logging",
+            choices=LOGGING_CHOICES,
+            default="project",
+            help="The runworker processes' logging: the project's LOGGING (default), "
+            "Django's default logging (a project without LOGGING), or every logger at INFO.",
         )
         drain_parser.add_argument(
             "--forked",
@@ -246,6 +254,13 @@ class Command(BaseCommand):
             help="Leave out the raw-SQL queue's drain (PostgreSQL, MariaDB).",
         )
         deep.add_argument("--worker-dir", type=checkout_dir, default=None, metavar="DIR")
+        deep.add_argument(
+            "--logging",
+            choices=LOGGING_CHOICES,
+            default="project",
+            help="The runworker processes' logging: the project's LOGGING (default), "
+            "Django's default logging (a project without LOGGING), or every logger at INFO.",
+        )
         board = workloads.add_parser(
             "dashboard",
             parents=[common],
@@ -356,6 +371,7 @@ class Command(BaseCommand):
                         # runworker processes start afresh every round, and the warm-up
                         # is for the database's caches: the first round's is enough.
                         warm_up=forked or number == 0,
+                        logging=options["logging"],
                     )
                 )
             except DrainError as exc:
@@ -626,9 +642,10 @@ class Command(BaseCommand):
         write = self.stdout.write
         write(
             f"outbox_bench depth, {connection.vendor}: {options['processes']} runworker "
-            f"processes x {options['concurrency']} threads, no VACUUM before a drain, "
-            f"{options['finished']:,} finished jobs kept, medians of {options['rounds']} "
-            "interleaved rounds"
+            f"processes x {options['concurrency']} threads, the empty table vacuumed before "
+            "each enqueue, "
+            f"{options['finished']:,} finished jobs kept, {options['logging']} logging, medians "
+            f"of {options['rounds']} interleaved rounds"
         )
         figures = depth.run(
             sizes=options["sizes"],
@@ -639,6 +656,7 @@ class Command(BaseCommand):
             finished=options["finished"],
             worker_dir=options["worker_dir"],
             with_ceiling=not options["no_ceiling"],
+            logging=options["logging"],
         )
         self.results["figures"]["depth"] = [asdict(f) for f in figures]
         first = figures[0]

@@ -3,9 +3,11 @@ grows with the work shows as a falling rate.
 
 For each size (say 10,000, 100,000 and 1,000,000 queued jobs) it enqueues the jobs with
 ``enqueue_many`` and times ``runworker --burst`` processes emptying the queue, as ``drain``
-does, but on the table as a user's worker meets it: no ``VACUUM ANALYZE`` before the drain
-(autovacuum runs when it runs). Beside it, in the same round, the same size through the two
-ceilings: a plain insert of rows of the same columns (``COPY`` on PostgreSQL, a multi-row
+does: on PostgreSQL the empty table is vacuumed and analysed before the enqueue, so each
+round starts from clean pages, and the drain meets statistics taken on an empty table, as
+a queue that fills after a quiet spell does (nothing vacuums between the enqueue and the
+end of the drain: CI's server runs without autovacuum). Beside it, in the same round, the
+same size through the two ceilings: a plain insert of rows of the same columns (``COPY`` on PostgreSQL, a multi-row
 ``INSERT`` elsewhere) for the enqueue, and the raw-SQL queue (``ceiling``) for the drain.
 Rounds interleave ours and the ceilings; the figures are medians.
 
@@ -63,6 +65,7 @@ def run(
     finished: int = 0,
     worker_dir: Path | None = None,
     with_ceiling: bool = True,
+    logging: str = "project",
 ) -> list[DepthFigures]:
     """Each size's figures, from the smallest up."""
     from outbox_bench.tasks import noop
@@ -72,7 +75,9 @@ def run(
         keep_finished(finished)
     try:
         return [
-            _one_size(jobs, rounds, processes, concurrency, queue, worker_dir, with_ceiling)
+            _one_size(
+                jobs, rounds, processes, concurrency, queue, worker_dir, with_ceiling, logging
+            )
             for jobs in sorted(sizes)
         ]
     finally:
@@ -87,6 +92,7 @@ def _one_size(
     queue: str,
     worker_dir: Path | None,
     with_ceiling: bool,
+    logging: str,
 ) -> DepthFigures:
     enqueues, plains, drains, ceilings = [], [], [], []
     runs = []
@@ -100,7 +106,7 @@ def _one_size(
             batch_size=None,
             queue=queue,
             worker_dir=worker_dir,
-            vacuum=False,
+            logging=logging,
         )
         runs.append(ran)
         drains.append(ran.drain_per_s)

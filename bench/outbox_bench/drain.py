@@ -49,7 +49,7 @@ WARM_UP_JOBS = 1000
 #: and a warm-up through runworker costs a start of Django.
 WARM_UP_FROM_JOBS = 2000
 #: What a worker logs when it stops: "worker <id> stopped: … ; <n> statements (…)".
-_STOPPED = re.compile(r"worker \S+ stopped: .*?; (\d+) statements")
+_STOPPED = re.compile(r"worker \S+ stopped: .*?; ([\d,]+) statements")
 
 
 class DrainError(RuntimeError):
@@ -164,15 +164,25 @@ def check_worker_dir(text: str) -> Path:
     return directory
 
 
-def worker_environment() -> dict[str, str]:
+#: What ``--logging`` may say: the project's LOGGING, Django's default logging (a project
+#: without LOGGING), or every logger at INFO to the console (the demo project's
+#: ``DJANGO_LOGGING`` switch).
+LOGGING_CHOICES = ("project", "default", "info")
+
+
+def worker_environment(logging: str = "project") -> dict[str, str]:
     """The workers' environment: this process's (its settings module, DATABASE_URL …), with
-    ``DEBUG`` off as in production (the demo project's ``DJANGO_DEBUG`` switch)."""
+    ``DEBUG`` off as in production (the demo project's ``DJANGO_DEBUG`` switch), and the
+    logging ``logging`` names (LOGGING_CHOICES)."""
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         raise DrainError(
             "runworker takes its settings from DJANGO_SETTINGS_MODULE, and it is not set "
             "(settings.configure() was used): set it, or measure --forked workers"
         )
-    return os.environ | {"DJANGO_DEBUG": "0", "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"DJANGO_DEBUG": "0", "PYTHONUNBUFFERED": "1"}
+    if logging != "project":
+        env["DJANGO_LOGGING"] = logging
+    return env
 
 
 def worker_package(worker_dir: Path) -> str:
@@ -244,7 +254,7 @@ def run_runworker(
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise DrainError(f"{command} exited with status {process.returncode}:\n{output[-3000:]}")
-    counts = [int(n) for n in _STOPPED.findall(output)]
+    counts = [int(n.replace(",", "")) for n in _STOPPED.findall(output)]  # "1,234"
     return Ran(
         wall_seconds=wall,
         # Every worker process says how many it sent when it stops; when not all of them
@@ -301,11 +311,13 @@ def drain(
     worker_dir: Path | None = None,
     warm_up: bool = True,
     vacuum: bool = True,
+    logging: str = "project",
 ) -> DrainFigures:
     """Enqueue ``jobs`` no-op jobs and time ``processes`` x ``concurrency`` workers running
     them all. ``warm_up``: first drain WARM_UP_JOBS jobs the same way, untimed (from
     WARM_UP_FROM_JOBS jobs on). ``vacuum``: on PostgreSQL, ``VACUUM ANALYZE`` the table
-    first (False: as a user's worker meets it, autovacuum having run when it ran)."""
+    first (False: as a user's worker meets it, autovacuum having run when it ran).
+    ``logging``: the runworker processes' logging (LOGGING_CHOICES)."""
     from outbox_bench.tasks import noop
 
     if not forked and worker_dir is None:
@@ -315,7 +327,7 @@ def drain(
     try:
         return _drain(
             bench_jobs, jobs, processes, concurrency, batch_size, queue, forked, worker_dir,
-            warm_up, vacuum,
+            warm_up, vacuum, logging,
         )  # fmt: skip
     finally:
         bench_jobs.delete()  # its jobs go, whether the drain worked or not
@@ -332,6 +344,7 @@ def _drain(
     worker_dir: Path | None,
     warm_up: bool,
     vacuum: bool = True,
+    logging: str = "project",
 ) -> DrainFigures:
     from outbox_bench.tasks import noop
 
@@ -353,7 +366,10 @@ def _drain(
             return run_forked(options, processes)
         assert worker_dir is not None
         # Far longer than any drain takes: a stuck run, not a slow one.
-        return run_runworker(options, processes, worker_dir, timeout=120 + count / 100)
+        return run_runworker(
+            options, processes, worker_dir, timeout=120 + count / 100,
+            env=worker_environment(logging),
+        )  # fmt: skip
 
     if warm_up and jobs >= WARM_UP_FROM_JOBS:
         django_outbox.enqueue_many(task, [((), {})] * WARM_UP_JOBS)

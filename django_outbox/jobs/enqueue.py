@@ -378,6 +378,7 @@ _SELECT_CONSTANTS = (
     "priority",
     "status",
     "run_at",
+    "run_after",
     "attempts",
     "max_attempts",
     "timeout",

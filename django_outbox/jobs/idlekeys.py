@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import router, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from django_outbox.models import Job, LimitKey
@@ -28,7 +29,7 @@ def forget_idle(now: datetime | None = None, idle_seconds: float = IDLE_KEY_SECO
     """Delete the rows of keys with no job waiting, held, queued or running, and no failed
     job holding them, that nobody has written for ``idle_seconds``; returns how many.
 
-    Each chunk locks its rows first
+    Each chunk picks rows whose keys have no active job and locks them
     (skipping those another transaction holds: an enqueue or an ending is using the key),
     then looks for the keys' jobs in a statement of its own, which sees whatever committed
     before the lock: a key whose job arrived meanwhile keeps its row. An enqueue waiting
@@ -36,29 +37,33 @@ def forget_idle(now: datetime | None = None, idle_seconds: float = IDLE_KEY_SECO
     using = router.db_for_write(Job)
     now = now or timezone.now()
     before = now - timedelta(seconds=idle_seconds)
-    forgotten = 0
+    forgotten = examined = 0
     after = ""
-    while forgotten < FORGET_MOST:
+    in_use = Job.objects.filter(limit_key=OuterRef("key"), status__in=ACTIVE_STATUSES)
+    while examined < FORGET_MOST:
         with transaction.atomic(using=using):
             candidates = list(
                 LimitKey.objects.using(using)
                 .select_for_update(skip_locked=True)
                 .filter(held_by__isnull=True, updated_at__lt=before, key__gt=after)
+                .filter(~Exists(in_use))
                 .order_by("key")
                 .values_list("key", flat=True)[:FORGET_CHUNK]
             )
             if not candidates:
                 break
-            in_use = set(
+            # Again, now that the rows are locked: a job may have come in between.
+            used = set(
                 Job.objects.using(using)
                 .filter(limit_key__in=candidates, status__in=ACTIVE_STATUSES)
                 .values_list("limit_key", flat=True)
                 .distinct()
             )
-            idle = [key for key in candidates if key not in in_use]
+            idle = [key for key in candidates if key not in used]
             if idle:
                 LimitKey.objects.using(using).filter(key__in=idle).delete()
         forgotten += len(idle)
+        examined += len(candidates)
         after = candidates[-1]
         if len(candidates) < FORGET_CHUNK:
             break

@@ -7,6 +7,9 @@ from typing import Any
 
 #: json.dumps with options of its own builds an encoder for each call.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+#: What Django's JSONField writes (``json.dumps``'s defaults): the text SQLite and MariaDB
+#: keep as it is, so that lookups on it match rows however they were written.
+_AS_DJANGO_WRITES = json.JSONEncoder()
 
 
 def storable_problem(value: Any) -> str | None:
@@ -27,7 +30,8 @@ def stored_size(value: Any) -> tuple[str | None, int]:
 
 def json_text(value: Any) -> tuple[str | None, str, int]:
     """Why ``value`` cannot be stored (see storable_problem), or None, its JSON text as
-    it is stored, and that text's size in UTF-8 bytes."""
+    Django's JSONField stores it, and the size of its JSON in UTF-8 bytes (written out,
+    not as ``\\u`` escapes)."""
     try:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
@@ -37,6 +41,7 @@ def json_text(value: Any) -> tuple[str | None, str, int]:
     if "\x00" in text or "\\u0000" in text:
         return "strings must not contain the NUL character (\\x00)", "", 0
     try:
-        return None, text, len(text.encode("utf-8"))
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return "strings must be valid Unicode (no lone surrogates)", "", 0
+    return None, text if text.isascii() else _AS_DJANGO_WRITES.encode(value), size

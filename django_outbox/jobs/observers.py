@@ -78,8 +78,8 @@ def _may_pass(handler: logging.Handler) -> bool:
     """Whether ``handler``'s filters may let a record through (Django's DEBUG filters are
     asked; any other filter may)."""
     for found in handler.filters:
-        if isinstance(found, RequireDebugTrue) and not settings.DEBUG:
+        if type(found) is RequireDebugTrue and not settings.DEBUG:
             return False
-        if isinstance(found, RequireDebugFalse) and settings.DEBUG:
+        if type(found) is RequireDebugFalse and settings.DEBUG:
             return False
     return True

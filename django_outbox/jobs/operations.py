@@ -15,9 +15,11 @@ from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
 from django_outbox.jobs import keys, steps
+from django_outbox.jobs.results import resolve_task
 from django_outbox.jobs.returning import update_returning
 from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus, LimitKey
+from django_outbox.task import OutboxTask
 from django_outbox.wake.notify import notify_on_commit
 
 #: Jobs that "retry now" can take: waiting ones run at once, finished unsuccessful ones
@@ -44,9 +46,11 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
     """
     now = timezone.now()
     using = router.db_for_write(Job)
-    selected = list(jobs.values_list("pk", "status", "queue", "workflow_id", "limit_key"))
+    selected = list(
+        jobs.values_list("pk", "status", "queue", "workflow_id", "limit_key", "task_path")
+    )
     done = 0
-    for pk, status, queue, workflow_id, limit_key in selected:
+    for pk, status, queue, workflow_id, limit_key, task_path in selected:
         if status not in RETRYABLE or workflow_id is not None:
             continue
         # A finished job with a key takes its turn again: held until its key has one (a
@@ -54,8 +58,10 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
         again = JobStatus.HELD if limit_key and status != JobStatus.QUEUED else JobStatus.QUEUED
         try:
             with transaction.atomic(using=using):
-                if limit_key:
-                    keys.lock(using, [limit_key])
+                if limit_key and not keys.lock(using, [limit_key]):
+                    # The key's row went with its last job (jobs/idlekeys.py): write it
+                    # anew, as an enqueue would, so that the job gets its turn.
+                    keys.enter(using, {limit_key: _rule_of(task_path)}, now)
                 done += (
                     Job.objects.using(using)
                     .filter(pk=pk, status__in=RETRYABLE)
@@ -78,6 +84,15 @@ def retry_now(jobs: QuerySet[Job]) -> Changed:
         except IntegrityError:
             continue  # its dedup key is taken by an active job
     return Changed(done, len(selected) - done)
+
+
+def _rule_of(task_path: str) -> keys.Rule:
+    """The key rule of the task at ``task_path``; one at a time if it no longer imports."""
+    try:
+        task = resolve_task(task_path)
+    except Exception:
+        return keys.Rule(1)
+    return keys.rule_of(task) if isinstance(task, OutboxTask) else keys.Rule(1)
 
 
 def skip(jobs: QuerySet[Job]) -> Changed:

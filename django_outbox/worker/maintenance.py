@@ -106,8 +106,10 @@ class Maintenance:
         if now < self._next_sweep:
             return
         self._next_sweep = now + max(self.settings.STALLED_CHECK_SECONDS, SWEEP_SECONDS)
-        self.db.run(idlekeys.forget_idle)  # first: the sweep reads every key row left
         admitted = self.db.run(keys.sweep)
+        # After the sweep, so that a failure here (which pauses the worker's database
+        # work a moment) never keeps the sweep from running.
+        self.db.run(idlekeys.forget_idle)
         if admitted:
             self.found_work()
             logger.info(
