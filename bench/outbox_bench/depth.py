@@ -8,8 +8,9 @@ round starts from clean pages, and the drain meets statistics taken on an empty 
 a queue that fills after a quiet spell does (nothing vacuums between the enqueue and the
 end of the drain: CI's server runs without autovacuum). Beside it, in the same round, the
 same size through the two ceilings: a plain insert of rows of the same columns (``COPY``
-on PostgreSQL, a multi-row ``INSERT`` elsewhere) for the enqueue, and the raw-SQL queue (``ceiling``) for the drain.
-Rounds interleave ours and the ceilings; the figures are medians.
+on PostgreSQL, a multi-row ``INSERT`` elsewhere) for the enqueue, and the raw-SQL queue
+(``ceiling``) for the drain. Rounds interleave ours and the ceilings; the figures are
+medians.
 
 ``finished`` keeps that many finished jobs in the table through every round (retention on,
 a week of history): written once, as plain rows, before the first round.
