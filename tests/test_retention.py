@@ -8,6 +8,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from django_outbox import retention, webhooks
@@ -121,8 +122,14 @@ def test_old_messages_go_with_their_deliveries_and_attempts_unless_one_is_pendin
     assert EndpointHour.objects.count() == 1
 
 
-def test_deletes_go_in_chunks(monkeypatch):
+@pytest.mark.parametrize("statistics", ["fresh", "of an empty table"])
+def test_deletes_go_in_chunks(monkeypatch, statistics):
     monkeypatch.setattr(retention, "CHUNK", 3)
+    if statistics != "fresh" and connection.vendor == "postgresql":
+        # Statistics taken on the empty table (as after a quiet spell) once made the
+        # planner rescan the chunk's subquery, and the DELETE went past its chunk.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE django_outbox_job")
     for _ in range(7):
         job(JobStatus.SUCCEEDED, 10)
     seen = []

@@ -73,6 +73,17 @@ class PostgreSQL(Dialect):
             f"RETURNING {jobs}.id, {jobs}.queue, {jobs}.run_at, {jobs}.limit_key"
         )
 
+    def delete_chunk(self, table: str, where: str, order: str, most: int) -> str:
+        # "= ANY(ARRAY(…))": the SELECT runs once. Under "IN (SELECT … LIMIT …)" a plan
+        # that rescans the subquery (a nested loop, which statistics taken on an empty
+        # table can pick) takes the next rows at each rescan, its own deleted ones being
+        # skipped as locked: the DELETE went past its chunk.
+        select = (
+            f"SELECT id FROM {table} WHERE {where} ORDER BY {order} LIMIT {most}"
+            f"{self.skip_locked_suffix()}"
+        )
+        return f"DELETE FROM {table} WHERE {self.id_in_subquery('id', select)}"
+
     def id_in_subquery(self, column: str, select: str) -> str:
         # "= ANY(ARRAY(…))" runs the SELECT first, then finds its rows by primary key; with
         # "IN (SELECT …)" the planner may hash-join the whole table instead.
