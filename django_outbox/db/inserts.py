@@ -72,11 +72,12 @@ def insert_alike(
     shared: dict[str, Any],
     names: Sequence[str],
     rows: Sequence[Sequence[str | int | None]],
+    most: int = 1000,
 ) -> list[int]:
-    """Insert one row per item of ``rows`` in one statement (named ``name``; several
-    where the database caps a statement's parameters lower): its fields ``names`` from
-    the item, every field of ``shared`` (name -> value) the same in all. Returns the new
-    primary keys, in the order of ``rows``.
+    """Insert one row per item of ``rows``, at most ``most`` per statement (named
+    ``name``; fewer where the database caps a statement's parameters lower): its fields
+    ``names`` from the item, every field of ``shared`` (name -> value) the same in all.
+    Returns the new primary keys, in the order of ``rows``.
 
     The rows' values go as they are stored: numbers, and JSON already written as text. The
     shared values are adapted once, by each field's ``get_db_prep_save``. On PostgreSQL the
@@ -89,6 +90,15 @@ def insert_alike(
     connection = connections[router.db_for_write(model)]
     quote = connection.ops.quote_name
     meta = model._meta
+    capped = connection.features.max_query_params  # SQLite's: Django 5.2 says 999
+    if capped:
+        most = max(1, min(most, capped // (len(shared) + len(names))))
+    if len(rows) > most:
+        return [
+            pk
+            for start in range(0, len(rows), most)
+            for pk in insert_alike(name, model, shared, names, rows[start : start + most], most)
+        ]
     shared_fields = [meta.get_field(field) for field in shared]
     shared_values = [
         field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
@@ -112,16 +122,6 @@ def insert_alike(
             ),
         ]
     else:
-        most = connection.features.max_query_params  # SQLite's: Django 5.2 says 999
-        per_statement = max(1, most // len(columns)) if most else len(rows)
-        if len(rows) > per_statement:
-            return [
-                pk
-                for start in range(0, len(rows), per_statement)
-                for pk in insert_alike(
-                    name, model, shared, names, rows[start : start + per_statement]
-                )
-            ]
         placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
         sql = f"{into}VALUES {', '.join([placeholders] * len(rows))}"
         params = [value for row in rows for value in (*shared_values, *row)]

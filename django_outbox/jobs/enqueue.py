@@ -462,7 +462,6 @@ def _insert_alike(
     arguments = [json_argument_texts(task, args, kwargs) for args, kwargs in pairs]
     tokens = [new_token() for _ in arguments]
     using = router.db_for_write(Job)
-    ids: list[int] = []
     with telemetry.enqueue_span(task.module_path, task.queue_name, len(pairs)) as trace_context:
         template.trace_context = trace_context
         shared = {
@@ -472,9 +471,7 @@ def _insert_alike(
         }
         rows = [(a, k, token) for (_, _, a, k), token in zip(arguments, tokens, strict=True)]
         with transaction.atomic(using=using):
-            for start in range(0, len(rows), CHUNK_SIZE):
-                chunk = rows[start : start + CHUNK_SIZE]
-                ids += insert_alike("enqueue", Job, shared, _VARYING, chunk)
+            ids = insert_alike("enqueue", Job, shared, _VARYING, rows, CHUNK_SIZE)
     if template.status == JobStatus.QUEUED and ids:
         notify_on_commit([(template.queue, template.run_at)], using=using)
     telemetry.enqueued(task.module_path, task.queue_name, len(ids))
