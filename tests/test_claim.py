@@ -158,7 +158,9 @@ def test_claimed_and_finished_versions_stay_on_their_page():
     # Old versions are pruned only when no other transaction of this database can still
     # see them: one that opens during the drain (an autovacuum ANALYZE of the new rows, a
     # worker an earlier test started, still stopping) keeps every version, and the rows
-    # must move. Such a drain proves nothing: it is run again on a fresh table.
+    # must move. Such a drain proves nothing: it is run again on a fresh table. So is one
+    # whose rows moved with no such transaction seen (one may open and close between two
+    # looks, on a loaded machine): the fillfactor is gone only if every drain moves them.
     for _ in range(3):
         with connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {Job._meta.db_table}")
@@ -170,10 +172,10 @@ def test_claimed_and_finished_versions_stay_on_their_page():
         while claimed := claim("w1", ["default"], 50, 30):
             holders += _horizon_holders()
             assert complete("w1", [Outcome(job, succeeded=True) for job in claimed]) == len(claimed)
-        if not holders:
+        finished = pages()
+        moved = sum(finished[pk] != page for pk, page in enqueued.items())
+        if not holders and moved <= len(enqueued) / 50:
             break
-    finished = pages()
-    moved = sum(finished[pk] != page for pk, page in enqueued.items())
     # None move here. At fillfactor 60 a claim of a whole page moved 4 rows in 10 (125 of
     # 400); with pages filled to the brim, all but the last page's.
     assert not holders, f"every drain ran beside a transaction holding old versions: {holders}"

@@ -167,5 +167,7 @@ def test_the_completion_finds_its_rows_by_id_whatever_the_statistics_say():
         plan = "\n".join(row[0] for row in cursor.fetchall())
         transaction.set_rollback(True)
     assert "outbox_job_lease" not in plan, plan
-    assert "django_outbox_job_pkey" in plan, plan
+    # By primary key, or, on a table small enough for it to cost less, one scan of it.
+    assert "django_outbox_job_pkey" in plan or "Seq Scan on django_outbox_job" in plan, plan
+    assert "Nested Loop" not in plan, plan
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 500

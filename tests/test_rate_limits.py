@@ -8,6 +8,7 @@ OUTBOX_TEST_REDIS_URL.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import timedelta
@@ -362,6 +363,7 @@ def test_an_endpoints_rate_limit_spreads_its_deliveries_and_fails_none(
         sent = time.monotonic()  # the receiver's clock; the bucket fills no earlier than this
         for i in range(15):
             webhooks.send("order.placed", {"n": i})
+        sending = time.monotonic() - sent  # the bucket refills while the sends go on
         wait_until(
             lambda: not Delivery.objects.filter(status=DeliveryStatus.PENDING).exists(),
             timeout=30,
@@ -384,7 +386,9 @@ def test_an_endpoints_rate_limit_spreads_its_deliveries_and_fails_none(
     jobs = Job.objects.filter(queue="webhooks")
     assert {(job.status, job.attempts) for job in jobs} == {(JobStatus.SUCCEEDED, 1)}
     assert jobs.filter(kwargs__has_key="rate_turn").count() == worker.stats.held
-    assert worker.stats.held >= 10 - 1  # the ten beyond the burst waited their turn
+    # The ten beyond the burst waited their turn, but for those the bucket refilled while
+    # the sends went on (five a second: on a loaded machine fifteen sends take a while).
+    assert worker.stats.held >= 10 - 1 - math.floor(5 * sending)
     # Each waited once, for the turn it reserved, and was not held again.
     assert worker.stats.held <= 10 + 2
     assert limited.pk not in {d.endpoint_id for d in Delivery.objects.filter(status="failed")}
