@@ -84,3 +84,14 @@ def update_returning(name: str) -> list[str | None]:
     """The statements of the UPDATE … RETURNING named ``name``: itself; where UPDATE returns
     nothing, a savepoint, the locking read, the UPDATE, the read back and the release."""
     return [name] if _returns_rows() else [None, None, name, None, None]
+
+
+def plan_of(sql: str) -> str:
+    """PostgreSQL's plan of ``sql`` (a statement a test captured), without running it."""
+    from django.db import connection, transaction
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    return plan

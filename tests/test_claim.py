@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_outbox.jobs.claim import claim
 from django_outbox.models import Job, JobStatus
-from tests.statements import names, one_claim
+from tests.statements import names, one_claim, plan_of
 
 pytestmark = pytest.mark.django_db
 
@@ -127,10 +127,7 @@ def test_the_claim_reads_the_partial_claim_index(job_factory):
         claim("w1", ["default"], 10, 30)
     assert names(queries) == ["claim"]
     (claim_sql,) = [q["sql"] for q in queries.captured_queries]
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {claim_sql}")
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        transaction.set_rollback(True)
+    plan = plan_of(claim_sql)
     assert "outbox_job_claim" in plan, plan
 
 

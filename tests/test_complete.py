@@ -8,7 +8,7 @@ from django.utils import timezone
 from django_outbox.jobs.claim import claim
 from django_outbox.jobs.complete import Outcome, complete
 from django_outbox.models import Job, JobStatus
-from tests.statements import names
+from tests.statements import names, plan_of
 
 pytestmark = pytest.mark.django_db
 
@@ -152,7 +152,6 @@ def test_the_completion_finds_its_rows_by_id_whatever_the_statistics_say():
     """Statistics taken while nothing ran (one running row, say) must not pick the plan:
     not the lease index (a bitmap scan of it reads every dead entry a drain left), not a
     loop over the batch for each running row."""
-    from django.db import transaction
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE django_outbox_job")  # the table empty: stale from here on
@@ -162,10 +161,7 @@ def test_the_completion_finds_its_rows_by_id_whatever_the_statistics_say():
         complete("w1", [Outcome(job, succeeded=True) for job in claimed])
     assert names(queries) == ["complete-succeeded"]
     (sql,) = [q["sql"] for q in queries.captured_queries]
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}")
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        transaction.set_rollback(True)
+    plan = plan_of(sql)
     assert "outbox_job_lease" not in plan, plan
     # By primary key, or, on a table small enough for it to cost less, one scan of it.
     assert "django_outbox_job_pkey" in plan or "Seq Scan on django_outbox_job" in plan, plan

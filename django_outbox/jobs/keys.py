@@ -21,6 +21,10 @@ key, no further than the jobs it takes) and one UPDATE. A worker's hand-off (han
 adds one statement (two on MariaDB and MySQL), or none on SQLite, whose admission hands off
 itself. Written out rather than built by the ORM: a worker runs them for every batch of
 keyed jobs it ends, and the ORM's building cost more than the database's work.
+
+One module of over 400 lines: entering, admitting, ending, holding and sweeping keys all
+take the key's row as their lock, in one order; the rule is kept in one place to be read
+whole. Forgetting idle keys' rows lives in jobs/idlekeys.py.
 """
 
 from __future__ import annotations
