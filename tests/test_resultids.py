@@ -13,6 +13,7 @@ from django_outbox.lib.resultids import (
     TOKEN_MAX,
     ResultId,
     new_token,
+    new_tokens,
     parse_result_id,
     result_id,
 )
@@ -33,6 +34,15 @@ def test_new_tokens_are_never_0_and_fit_a_32_bit_column():
     tokens = {new_token() for _ in range(2000)}
     assert min(tokens) >= 1 and max(tokens) <= TOKEN_MAX
     assert len(tokens) > 1990
+
+
+def test_tokens_drawn_at_once_are_as_many_as_asked_and_in_the_same_range():
+    drawn = new_tokens(20_000)
+    assert len(drawn) == 20_000 and len(set(drawn)) > 19_900
+    assert min(drawn) >= 1 and max(drawn) <= TOKEN_MAX
+    # Spread over the whole range, high bit included: about half of them above the middle.
+    assert 9_000 < sum(token > TOKEN_MAX // 2 for token in drawn) < 11_000
+    assert new_tokens(0) == []
 
 
 @pytest.mark.django_db

@@ -32,7 +32,8 @@ from django_outbox.jobs import keys
 from django_outbox.jobs.jsonvalues import json_text
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import build_result, to_task_result
-from django_outbox.lib.resultids import TOKEN_MAX, new_token
+from django_outbox.lib.collector import collector_paused
+from django_outbox.lib.resultids import TOKEN_MAX, new_token, new_tokens
 from django_outbox.models import Job, JobStatus
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
@@ -103,14 +104,23 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _flat(values: Sequence[Any]) -> bool:
-    """A tuple or list of scalars: what most calls pass."""
-    return type(values) in (tuple, list) and all(type(v) in _SCALARS for v in values)
+    """A tuple or list of scalars: what most calls pass. (A loop, not ``all()`` over a
+    generator: most calls pass none or a few, and the generator cost more than the look.)"""
+    if type(values) not in (tuple, list):
+        return False
+    for value in values:
+        if type(value) not in _SCALARS:
+            return False
+    return True
 
 
 def _flat_keywords(values: dict[str, Any]) -> bool:
-    return type(values) is dict and all(
-        type(k) is str and type(v) in _SCALARS for k, v in values.items()
-    )
+    if type(values) is not dict:
+        return False
+    for key, value in values.items():
+        if type(key) is not str or type(value) not in _SCALARS:
+            return False
+    return True
 
 
 def _has_non_string_key(value: Any) -> bool:
@@ -448,7 +458,8 @@ def enqueue_many(
         task.concurrency_key is not None or task.sequence_key is not None
     ):
         return insert_jobs(task, [build_job(task, args, kwargs, now) for args, kwargs in pairs])
-    return _insert_alike(task, pairs, now)
+    with collector_paused():
+        return _insert_alike(task, pairs, now)
 
 
 def _insert_alike(
@@ -460,7 +471,7 @@ def _insert_alike(
     of their own; then the wake-up on commit, the metric and ``task_enqueued``."""
     template = build_job(task, [], {}, now)  # every column but the arguments and token
     arguments = [json_argument_texts(task, args, kwargs) for args, kwargs in pairs]
-    tokens = [new_token() for _ in arguments]
+    tokens = new_tokens(len(arguments))
     using = router.db_for_write(Job)
     with telemetry.enqueue_span(task.module_path, task.queue_name, len(pairs)) as trace_context:
         template.trace_context = trace_context

@@ -28,10 +28,15 @@ def stored_size(value: Any) -> tuple[str | None, int]:
     return problem, size
 
 
+_EMPTY: dict[type, str] = {list: "[]", dict: "{}"}
+
+
 def json_text(value: Any) -> tuple[str | None, str, int]:
     """Why ``value`` cannot be stored (see storable_problem), or None, its JSON text as
     Django's JSONField stores it, and the size of its JSON in UTF-8 bytes (written out,
     not as ``\\u`` escapes)."""
+    if type(value) in _EMPTY and not value:  # no arguments, or no keyword arguments
+        return None, _EMPTY[type(value)], 2
     try:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:

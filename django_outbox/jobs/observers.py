@@ -22,6 +22,8 @@ import weakref
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.log import RequireDebugFalse, RequireDebugTrue
 
 from django_outbox.compat import LOGGER_NAME, task_enqueued, task_finished, task_started
@@ -78,8 +80,24 @@ def _may_pass(handler: logging.Handler) -> bool:
     """Whether ``handler``'s filters may let a record through (Django's DEBUG filters are
     asked; any other filter may)."""
     for found in handler.filters:
-        if type(found) is RequireDebugTrue and not settings.DEBUG:
+        if type(found) is RequireDebugTrue and not _debug():
             return False
-        if type(found) is RequireDebugFalse and settings.DEBUG:
+        if type(found) is RequireDebugFalse and _debug():
             return False
     return True
+
+
+#: settings.DEBUG, read once: asked for every job, and the settings object is a lazy proxy.
+_DEBUG: list[bool] = []
+
+
+def _debug() -> bool:
+    if not _DEBUG:
+        _DEBUG.append(bool(settings.DEBUG))
+    return _DEBUG[0]
+
+
+@receiver(setting_changed)
+def _forget_debug(*, setting: str, **kwargs: Any) -> None:
+    if setting == "DEBUG":
+        _DEBUG.clear()

@@ -153,33 +153,56 @@ def build_result(
 ) -> TaskResult:
     """The TaskResult of a stored job (primary key ``job_id``, its ``token``): its arguments
     decoded from JSON, as they are read from the database."""
-    values: dict[str, Any] = {
-        "task": task,
-        "id": result_id(job_id, token),
-        "status": status.task_status,
-        "args": args,
-        "kwargs": kwargs,
-        "backend": task.backend,
-        "errors": task_errors(errors),
-        "worker_ids": list(worker_ids),
-        "enqueued_at": enqueued_at,
-        "started_at": started_at,
-        "last_attempted_at": last_attempted_at,
-        "finished_at": finished_at,
-    }
+    values = (
+        task,
+        result_id(job_id, token),
+        status.task_status,
+        args,
+        kwargs,
+        task.backend,
+        task_errors(errors) if errors else [],
+        list(worker_ids),
+        enqueued_at,
+        started_at,
+        last_attempted_at,
+        finished_at,
+        return_value,
+        progress,
+    )
     if _RESULT_FIELDS != _SET_HERE:  # a Django whose TaskResult has changed: its own way
-        made: TaskResult = OutboxTaskResult(**values, progress=progress)
+        named = dict(zip(_ORDER, values, strict=True))
+        del named["_return_value"]
+        made: TaskResult = OutboxTaskResult(**named)
         object.__setattr__(made, "_return_value", return_value)
         return made
     # TaskResult.__init__ would run the arguments through normalize_json again: decoded
     # from JSON, they are JSON's types already, and for quick jobs that second pass cost
-    # the worker more than the rest of the result.
-    result: TaskResult = object.__new__(OutboxTaskResult)
-    for name, value in values.items():
-        object.__setattr__(result, name, value)
-    object.__setattr__(result, "_return_value", return_value)
-    object.__setattr__(result, "progress", progress)
+    # the worker more than the rest of the result. Its fields are slots: their descriptors
+    # set them past the frozen dataclass's __setattr__.
+    result: TaskResult = _new(OutboxTaskResult)
+    for set_field, value in zip(_SETTERS, values, strict=True):
+        set_field(result, value)
     return result
+
+
+#: The order of build_result's values.
+_ORDER = (
+    *("task", "id", "status", "args", "kwargs", "backend", "errors", "worker_ids"),
+    *("enqueued_at", "started_at", "last_attempted_at", "finished_at", "_return_value"),
+    "progress",
+)
+_new = object.__new__
+
+
+def _slot_setter(name: str) -> Any:
+    for klass in OutboxTaskResult.__mro__:
+        descriptor = klass.__dict__.get(name)
+        if descriptor is not None and hasattr(descriptor, "__set__"):
+            return descriptor.__set__
+    return lambda result, value: object.__setattr__(result, name, value)
+
+
+_SETTERS = [_slot_setter(name) for name in _ORDER]
 
 
 #: The fields build_result sets (with the times a job has): all of TaskResult's.
