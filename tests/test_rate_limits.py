@@ -128,6 +128,7 @@ def test_threads_sharing_a_bucket_get_no_more_than_the_rate_together(store):
     with outbox(RATE_LIMIT_STORE=store):
         key, rate = unique_key(), Rate.of(20, burst=1)
         granted = []
+        answered = []  # when each call returned
         lock = threading.Lock()
         started = time.monotonic()
         deadline = started + 1.0
@@ -140,6 +141,7 @@ def test_threads_sharing_a_bucket_get_no_more_than_the_rate_together(store):
                     got = ratelimits.take(key, rate, 1).granted
                     with lock:
                         granted.append(got)
+                        answered.append(time.monotonic())
             finally:
                 connections.close_all()
 
@@ -150,8 +152,12 @@ def test_threads_sharing_a_bucket_get_no_more_than_the_rate_together(store):
             thread.join()
         elapsed = time.monotonic() - started
         assert len(granted) > 100  # they asked far more often than the rate allows
-        # One at once, then 20 a second: never more, and not much less.
-        assert 0.8 * 20 * elapsed <= sum(granted) <= 1 + 20 * elapsed + 1
+        # One at once, then 20 a second: never more, and not much less. A bucket of one
+        # keeps no token for a caller who is late: a spell in which no call answered (a
+        # loaded machine's stall) loses the tokens of all but its first 50 ms.
+        ends = [started, *sorted(answered)]
+        stalled = sum(max(0.0, later - earlier - 0.05) for earlier, later in pairwise(ends))
+        assert 0.8 * 20 * (elapsed - stalled) <= sum(granted) <= 1 + 20 * elapsed + 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -35,11 +35,16 @@ def _dag(members: int) -> workflows.Workflow:
     return wf
 
 
+def _unnamed(sql: str) -> str:
+    """``sql`` without the name comment a named statement starts with (db/named)."""
+    return sql.split("*/", 1)[1] if sql.startswith("/*") else sql
+
+
 def _enqueue_statements(members: int) -> list[str]:
     """The statements of the enqueue, savepoints aside, by their first word and table."""
     with CaptureQueriesContext(connection) as queries:
         _dag(members).enqueue()
-    said = [" ".join(q["sql"].split()[:3]).replace("`", '"') for q in queries]
+    said = [" ".join(_unnamed(q["sql"]).split()[:3]).replace("`", '"') for q in queries]
     return [s for s in said if "SAVEPOINT" not in s.upper()]
 
 

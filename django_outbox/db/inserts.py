@@ -71,13 +71,15 @@ def insert_alike(
     model: type[Model],
     shared: dict[str, Any],
     names: Sequence[str],
-    rows: Sequence[Sequence[str | int | None]],
+    rows: Sequence[Sequence[Any]],
     most: int = 1000,
+    returning: bool = True,
 ) -> list[int]:
     """Insert one row per item of ``rows``, at most ``most`` per statement (named
     ``name``; fewer where the database caps a statement's parameters lower): its fields
     ``names`` from the item, every field of ``shared`` (name -> value) the same in all.
-    Returns the new primary keys, in the order of ``rows``.
+    Returns the new primary keys, in the order of ``rows`` (with ``returning=False``,
+    for a table whose keys the rows give, nothing: [] ).
 
     The rows' values go as they are stored: numbers, and JSON already written as text. The
     shared values are adapted once, by each field's ``get_db_prep_save``. On PostgreSQL the
@@ -97,7 +99,9 @@ def insert_alike(
         return [
             pk
             for start in range(0, len(rows), most)
-            for pk in insert_alike(name, model, shared, names, rows[start : start + most], most)
+            for pk in insert_alike(
+                name, model, shared, names, rows[start : start + most], most, returning
+            )
         ]
     shared_fields = [meta.get_field(field) for field in shared]
     shared_values = [
@@ -112,8 +116,8 @@ def insert_alike(
     sql_dialect = dialect(connection.alias)
     if sql_dialect.array_parameters:
         arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
-        given = ", ".join(["%s"] * len(shared_values))
-        sql = f"{into}SELECT {given}, u.* FROM unnest({arrays}) AS u RETURNING {pk}"
+        given = ", ".join([*(["%s"] * len(shared_values)), "u.*"])
+        sql = f"{into}SELECT {given} FROM unnest({arrays}) AS u"
         params = [
             *shared_values,
             *(
@@ -125,10 +129,12 @@ def insert_alike(
         placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
         sql = f"{into}VALUES {', '.join([placeholders] * len(rows))}"
         params = [value for row in rows for value in (*shared_values, *row)]
-        if sql_dialect.insert_returning:
-            sql = f"{sql} RETURNING {pk}"
+    if returning and sql_dialect.insert_returning:
+        sql = f"{sql} RETURNING {pk}"
     with connection.cursor() as cursor:
         cursor.execute(named(name, sql), params)
+        if not returning:
+            return []
         if not sql_dialect.insert_returning:
             return sql_dialect.inserted_ids(cursor, len(rows))
         # One statement's new keys rise in the order its rows were written, which is the

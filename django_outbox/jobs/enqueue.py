@@ -12,7 +12,6 @@ is adapted once, each job's arguments are encoded once (``db.inserts.insert_alik
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
@@ -21,12 +20,14 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.db.models import JSONField
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from django_outbox import conf, telemetry
 from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
-from django_outbox.db.inserts import insert_alike, insert_rows
+from django_outbox.db.inserts import insert_alike
 from django_outbox.exceptions import InvalidTaskArguments
 from django_outbox.jobs import keys
 from django_outbox.jobs.jsonvalues import json_text
@@ -108,7 +109,7 @@ def _flat(values: Sequence[Any]) -> bool:
     generator: most calls pass none or a few, and the generator cost more than the look.)"""
     if type(values) not in (tuple, list):
         return False
-    for value in values:
+    for value in values:  # noqa: SIM110 (see the docstring)
         if type(value) not in _SCALARS:
             return False
     return True
@@ -136,16 +137,43 @@ def _has_non_string_key(value: Any) -> bool:
 def build_job(
     task: Task, args: Sequence[Any], kwargs: dict[str, Any], now: datetime | None = None
 ) -> Job:
-    settings = conf.get()
+    """The job row of one call of ``task``, not yet written; InvalidTaskArguments for
+    arguments JSON cannot hold."""
+    return build_jobs([(task, args, kwargs)], now)[0]
+
+
+def build_jobs(
+    calls: Sequence[tuple[Task, Sequence[Any], dict[str, Any]]], now: datetime | None = None
+) -> list[Job]:
+    """``build_job`` of each ``(task, args, kwargs)``: each task's options are read once,
+    into a job that every call of it copies (a model's ``__init__`` sets each of its
+    thirty fields, which cost a bulk write more than the rest of a job)."""
     now = now or timezone.now()
-    normal_args, normal_kwargs = json_arguments(task, args, kwargs)
+    templates: dict[int, Job] = {}
+    jobs = []
+    for (task, args, kwargs), token in zip(calls, new_tokens(len(calls)), strict=True):
+        template = templates.get(id(task))
+        if template is None:
+            template = templates[id(task)] = _template(task, now)
+        normal_args, normal_kwargs = json_arguments(task, args, kwargs)
+        job = _copy(template)
+        job.args, job.kwargs, job.token = normal_args, normal_kwargs, token
+        if isinstance(task, OutboxTask):
+            job.limit_key = task.limit_key_for(args, kwargs)
+            if job.limit_key is not None:
+                job.status = JobStatus.HELD  # queued by keys.admit() when its key's turn comes
+        jobs.append(job)
+    return jobs
+
+
+def _template(task: Task, now: datetime) -> Job:
+    """A job of ``task`` with its options and the settings' defaults, and no arguments."""
+    settings = conf.get()
     options = task if isinstance(task, OutboxTask) else None
-    job = Job(
+    return Job(
         backend=task.backend,
         queue=task.queue_name,
         task_path=task.module_path,
-        args=normal_args,
-        kwargs=normal_kwargs,
         priority=task.priority,
         run_at=task.run_after or now,
         run_after=task.run_after,
@@ -155,10 +183,15 @@ def build_job(
         backoff_base=(options and options.backoff_base) or settings.BACKOFF_BASE,
         backoff_cap=(options and options.backoff_cap) or settings.BACKOFF_CAP,
     )
-    if options is not None:
-        job.limit_key = options.limit_key_for(args, kwargs)
-        if job.limit_key is not None:
-            job.status = JobStatus.HELD  # queued by keys.admit() when its key's turn comes
+
+
+def _copy(template: Job) -> Job:
+    """A new, unsaved job with ``template``'s values (its lists its own)."""
+    job = Job.__new__(Job)
+    values = job.__dict__
+    values.update(template.__dict__)
+    values["_state"] = ModelState()
+    values["errors"], values["worker_ids"] = [], []
     return job
 
 
@@ -213,11 +246,12 @@ def insert_jobs(task: Task, jobs: list[Job], alone: bool = False) -> list[TaskRe
     return _announce(task, jobs, using)
 
 
-def insert_steps(calls: Sequence[tuple[Task, Job]]) -> list[TaskResult]:
-    """Insert a workflow's step jobs (made by ``build_job``, of several tasks) in the
+def insert_steps(calls: Sequence[tuple[Task, Job]], results: bool = True) -> list[TaskResult]:
+    """Insert a workflow's step jobs (made by ``build_jobs``, of several tasks) in the
     caller's transaction, one INSERT per CHUNK_SIZE rows, all or none; returns their
-    results in order. Only the queued ones signal their queues on commit: a waiting step
-    is signalled when it is queued (jobs/steps.py)."""
+    results in order (``results=False``: [], and a TaskResult is built only for someone
+    who hears ``task_enqueued``). Only the queued ones signal their queues on commit: a
+    waiting step is signalled when it is queued (jobs/steps.py)."""
     using = router.db_for_write(Job)
     jobs = [job for _, job in calls]
     first = calls[0][0]
@@ -230,40 +264,73 @@ def insert_steps(calls: Sequence[tuple[Task, Job]]) -> list[TaskResult]:
     by_task: dict[int, tuple[Task, list[Job]]] = {}
     for task, job in calls:
         by_task.setdefault(id(task), (task, []))[1].append(job)
-    results = {}
+    made: dict[int, TaskResult] = {}
     for task, of_task in by_task.values():
-        for job, result in zip(of_task, _announce(task, of_task, using), strict=True):
-            results[job.pk] = result
-    return [results[job.pk] for job in jobs]
+        announced = _announce(task, of_task, using, results)
+        made.update((job.pk, result) for job, result in zip(of_task, announced, strict=False))
+    return [made[job.pk] for job in jobs] if results else []
 
 
 def _insert_many(jobs: list[Job], using: str) -> None:
-    """Insert ``jobs``, one INSERT per CHUNK_SIZE rows, and give each its primary key."""
-    if dialect(using).insert_returning:
-        Job.objects.using(using).bulk_create(jobs, batch_size=CHUNK_SIZE)
+    """Insert ``jobs``, one INSERT per CHUNK_SIZE rows, and give each its primary key.
+
+    Rows, not model instances, as ``insert_alike`` writes them: a column every job holds
+    the same value in (the backend, the times, most options) is given once, the others
+    as each job's stored form."""
+    if not jobs:
         return
-    # bulk_create() leaves the ids unset where INSERT returns nothing (MySQL).
-    fields = [field for field in Job._meta.concrete_fields if not field.primary_key]
-    names = [field.name for field in fields]
-    for start in range(0, len(jobs), CHUNK_SIZE):
-        chunk = jobs[start : start + CHUNK_SIZE]
-        rows = [[getattr(job, field.attname) for field in fields] for job in chunk]
-        for job, pk in zip(chunk, insert_rows("enqueue", Job, names, rows), strict=True):
-            job.pk = pk
-            job._state.adding, job._state.db = False, using
+    connection = connections[using]
+    first = jobs[0]
+    shared: dict[str, Any] = {}
+    varying: list[Any] = [_TOKEN]  # drawn for each job: and a row needs one column of its own
+    for field in _INSERTED_FIELDS:
+        value = getattr(first, field.attname)
+        if field is _TOKEN:
+            continue
+        if all(getattr(job, field.attname) == value for job in jobs):
+            shared[field.name] = value
+        else:
+            varying.append(field)
+    rows = [
+        [_stored(field, getattr(job, field.attname), connection) for field in varying]
+        for job in jobs
+    ]
+    names = [field.name for field in varying]
+    ids = insert_alike("enqueue", Job, shared, names, rows, CHUNK_SIZE)
+    for job, pk in zip(jobs, ids, strict=True):
+        job.pk = pk
+        job._state.adding, job._state.db = False, using
 
 
-def _announce(task: Task, jobs: list[Job], using: str) -> list[TaskResult]:
-    """What follows every insert: the wake-up on commit, the metric, ``task_enqueued``."""
+#: The job's columns an insert writes: all but the primary key.
+_INSERTED_FIELDS = [field for field in Job._meta.concrete_fields if not field.primary_key]
+_TOKEN = Job._meta.get_field("token")
+
+
+def _stored(field: Any, value: Any, connection: Any) -> Any:
+    """``value`` of ``field`` as ``insert_alike`` takes a row's values: JSON as its text,
+    the rest as the field adapts it for the database."""
+    if value is None:
+        return None
+    if isinstance(field, JSONField):
+        return json_text(value)[1]
+    return field.get_db_prep_save(value, connection)
+
+
+def _announce(task: Task, jobs: list[Job], using: str, results: bool = True) -> list[TaskResult]:
+    """What follows every insert: the wake-up on commit, the metric, ``task_enqueued``;
+    returns the jobs' results (``results=False``: only if someone hears the signal)."""
     notify_on_commit(
         [(job.queue, job.run_at) for job in jobs if job.status == JobStatus.QUEUED], using=using
     )
     telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
-    results = [to_task_result(job, task) for job in jobs]
+    if not results and not heard(task_enqueued, logging.DEBUG):
+        return []
+    made = [to_task_result(job, task) for job in jobs]
     backend_class = type(task.get_backend())
-    for result in results:
+    for result in made:
         task_enqueued.send(backend_class, task_result=result)
-    return results
+    return made
 
 
 def enqueue_select(
@@ -337,7 +404,7 @@ def enqueue_select(
         return count
     jobs = []
     for pk, token, args in rows:
-        job = copy.copy(template)
+        job = _copy(template)
         job.pk, job.token, job.args = pk, token, json.loads(args)
         job._state.adding, job._state.db = False, using
         jobs.append(job)
@@ -370,7 +437,7 @@ def _select_then_insert(
         rows = cursor.fetchall()
     jobs = []
     for args, key, limit_key in rows:
-        job = copy.copy(template)
+        job = _copy(template)
         job.args, job.dedup_key, job.token = json.loads(args), key, new_token()
         job.limit_key = limit_key
         jobs.append(job)

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from django_outbox.compat import TaskContext
 from django_outbox.exceptions import OutboxError
-from django_outbox.jobs.enqueue import build_job, insert_steps
+from django_outbox.jobs.enqueue import build_jobs, insert_steps
 from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import (
     Job,
@@ -133,9 +133,9 @@ def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list
         if closed:
             raise BatchClosed(f"Batch {pk} has finished: no job can join it now.")
         now = timezone.now()
+        jobs = build_jobs([(step.task, step.args, step.kwargs) for step in steps], now)
         calls = []
-        for step, key in zip(steps, keys, strict=True):
-            job = build_job(step.task, step.args, step.kwargs, now)
+        for step, key, job in zip(steps, keys, jobs, strict=True):
             job.workflow_id, job.dedup_key = pk, key
             calls.append((step.task, job))
         results = insert_steps(calls)

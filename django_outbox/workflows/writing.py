@@ -1,16 +1,17 @@
 """Writing a built workflow, in the caller's transaction, in a fixed number of statements
 whatever its number of steps: the workflow row, its step jobs (through the one job-insert
 path, jobs/enqueue.py), their step rows and their edges; one INSERT per table for each
-1,000 rows."""
+1,000 rows, written as rows (``db.inserts.insert_alike``), not model instances."""
 
 from __future__ import annotations
 
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
+from django_outbox.db.inserts import insert_alike
 from django_outbox.db.routing import database_of, jobs_of
 from django_outbox.exceptions import OutboxError
-from django_outbox.jobs.enqueue import CHUNK_SIZE, build_job, insert_steps
+from django_outbox.jobs.enqueue import CHUNK_SIZE, build_jobs, insert_steps
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
 from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
@@ -100,37 +101,43 @@ def _write(
             is_batch=batch_callbacks is not None,
             batch_callbacks=batch_callbacks or [],
         )
+        jobs = build_jobs(
+            [(node.step.task, node.step.args, node.step.kwargs) for node in plan.nodes], now
+        )
         calls = []
-        for position, node in enumerate(plan.nodes):
-            job = build_job(node.step.task, node.step.args, node.step.kwargs, now)
+        for position, (node, job) in enumerate(zip(plan.nodes, jobs, strict=True)):
             job.workflow_id = workflow.pk
             job.dedup_key = keys[position]
             if node.parents:
                 job.status, job.receives = JobStatus.WAITING, node.receives
             calls.append((node.step.task, job))
-        insert_steps(calls)
+        insert_steps(calls, results=False)
         ids = [job.pk for _, job in calls]
-        WorkflowStep.objects.using(using).bulk_create(
+        insert_alike(
+            "workflow-steps",
+            WorkflowStep,
+            {"workflow": workflow.pk},
+            ("job", "position", "waiting_on", "always"),
             [
-                WorkflowStep(
-                    job_id=ids[position],
-                    workflow=workflow,
-                    position=position,
-                    waiting_on=len(node.parents),
-                    always=node.step.run_always,
-                )
+                (ids[position], position, len(node.parents), node.step.run_always)
                 for position, node in enumerate(plan.nodes)
             ],
-            batch_size=CHUNK_SIZE,
+            CHUNK_SIZE,
+            returning=False,
         )
         edges = [
-            WorkflowEdge(
-                workflow=workflow, parent_id=ids[parent], child_id=ids[position], position=i
-            )
+            (ids[parent], ids[position], i)
             for position, node in enumerate(plan.nodes)
             for i, parent in enumerate(node.parents)
         ]
-        if edges:
-            WorkflowEdge.objects.using(using).bulk_create(edges, batch_size=CHUNK_SIZE)
+        insert_alike(
+            "workflow-edges",
+            WorkflowEdge,
+            {"workflow": workflow.pk},
+            ("parent", "child", "position"),
+            edges,
+            CHUNK_SIZE,
+            returning=False,
+        )
     shape = [(node.parents, node.step.run_always) for node in plan.nodes]
     return run_of(workflow, [job for _, job in calls], shape)
