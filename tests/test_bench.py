@@ -968,6 +968,36 @@ def test_depth_drains_each_size_beside_the_plain_insert_and_the_ceiling(capsys, 
     assert not Job.objects.exists()  # the queued jobs and the history are gone
 
 
+def test_bulk_times_each_writer_beside_the_plain_insert_and_cleans_up(capsys, tmp_path):
+    from django_outbox.models import Delivery, Endpoint, Message, WorkflowStep
+
+    call_command(
+        "outbox_bench", "bulk", "--jobs", "400", "--rounds", "2", "--endpoints", "20",
+        "--json", str(tmp_path / "bulk.json"), "--plot", str(tmp_path),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    figures = json.loads((tmp_path / "bulk.json").read_text())["figures"]["bulk"]
+    assert [f["writer"] for f in figures] == ["enqueue_many", "group", "webhooks"]
+    for f in figures:
+        assert f["jobs"] == 400 and f["per_s"] > 0 and f["plain_per_s"] > 0
+        assert f["of_plain"] > 0
+        assert re.search(rf"^\s+{f['writer']}\s+[\d,]+\s+[\d,]+\s+\d+%$", out, re.M)
+    assert "webhook sends to 20 endpoints each" in out
+    assert (tmp_path / "bulk.png").read_bytes()[:4] == b"\x89PNG"
+    # What the writers wrote is gone; the endpoints too.
+    assert not Job.objects.exists() and not Workflow.objects.exists()
+    assert not WorkflowStep.objects.exists() and not Delivery.objects.exists()
+    assert not Message.objects.exists() and not Endpoint.objects.exists()
+
+
+def test_bulk_refuses_jobs_the_endpoints_do_not_divide():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="must be a multiple of --endpoints"):
+        call_command("outbox_bench", "bulk", "--jobs", "1001", "--endpoints", "100")
+    assert not Job.objects.exists()
+
+
 def test_depth_refuses_bad_sizes_before_starting_anything():
     from django.core.management import CommandError
 

@@ -261,6 +261,21 @@ class Command(BaseCommand):
             help="The runworker processes' logging: the project's LOGGING (default), "
             "Django's default logging (a project without LOGGING), or every logger at INFO.",
         )
+        bulk = workloads.add_parser(
+            "bulk",
+            parents=[common],
+            help="Bulk writes (enqueue_many, a workflow group, webhook sends) against the plain "
+            "insert of the same rows (COPY on PostgreSQL).",
+        )
+        bulk.add_argument("--jobs", type=positive_int, default=100_000)
+        bulk.add_argument("--rounds", type=positive_int, default=3)
+        bulk.add_argument(
+            "--endpoints",
+            type=positive_int,
+            default=100,
+            help="Endpoints each webhook send goes to: --jobs / this many sends.",
+        )
+        bulk.add_argument("--queue", default="default")
         board = workloads.add_parser(
             "dashboard",
             parents=[common],
@@ -335,6 +350,8 @@ class Command(BaseCommand):
             return self.keys(options)
         if options["workload"] == "depth":
             return self.depth(options)
+        if options["workload"] == "bulk":
+            return self.bulk(options)
         if options["workload"] == "retry-storm":
             return self.retry_storm(options)
         if options["workload"] == "fanout":
@@ -633,6 +650,32 @@ class Command(BaseCommand):
                 f"  {f.shape:<8}{f.jobs:>8,}{f.enqueue_seconds:>11.2f}{f.drain_per_s:>14,.0f}"
                 f"{ratio:>10}{per_job:>11}{wait:>15}{step:>9}"
             )
+
+    def bulk(self, options: dict[str, Any]) -> None:
+        from outbox_bench import bulk
+
+        if options["jobs"] % options["endpoints"]:
+            raise CommandError(
+                f"--jobs ({options['jobs']:,}) must be a multiple of --endpoints "
+                f"({options['endpoints']:,}): each send writes one delivery job per endpoint"
+            )
+        write = self.stdout.write
+        write(
+            f"outbox_bench bulk, {connection.vendor}: {options['jobs']:,} jobs a writer, each in "
+            f"one transaction; webhook sends to {options['endpoints']:,} endpoints each; "
+            f"medians of {options['rounds']} interleaved rounds"
+        )
+        figures = bulk.run(
+            jobs=options["jobs"],
+            rounds=options["rounds"],
+            endpoints=options["endpoints"],
+            queue=options["queue"],
+        )
+        self.results["figures"]["bulk"] = [asdict(f) for f in figures]
+        write(f"  {'writer':<14}{'jobs/s':>10}{'plain/s':>10}{'of plain':>10}")
+        for f in figures:
+            write(f"  {f.writer:<14}{f.per_s:>10,.0f}{f.plain_per_s:>10,.0f}{f.of_plain:>10.0%}")
+        write(f"  plain: {figures[0].plain_insert} of rows of the same columns")
 
     def depth(self, options: dict[str, Any]) -> None:
         from outbox_bench import depth

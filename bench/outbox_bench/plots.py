@@ -147,7 +147,15 @@ def _depth(f: dict[str, Any]) -> list[Panel]:
     ]
 
 
+def _bulk(f: dict[str, Any]) -> list[Panel]:
+    rows = f["bulk"]
+    labels = [rows[0]["plain_insert"], *(row["writer"] for row in rows)]
+    rates = {"jobs/s": [rows[0]["plain_per_s"], *(row["per_s"] for row in rows)]}
+    return [(f"bulk writes of {rows[0]['jobs']:,} jobs", "bars", labels, rates, "jobs/s")]
+
+
 _DRAWERS = {
+    "bulk": _bulk,
     "depth": _depth,
     "drain": _drain,
     "latency": _latency,

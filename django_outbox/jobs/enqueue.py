@@ -149,16 +149,22 @@ def build_jobs(
     into a job that every call of it copies (a model's ``__init__`` sets each of its
     thirty fields, which cost a bulk write more than the rest of a job)."""
     now = now or timezone.now()
-    templates: dict[int, Job] = {}
+    #: id(task) -> its template, and whether its calls may have a concurrency or sequence key.
+    templates: dict[int, tuple[Job, bool]] = {}
     jobs = []
     for (task, args, kwargs), token in zip(calls, new_tokens(len(calls)), strict=True):
-        template = templates.get(id(task))
-        if template is None:
-            template = templates[id(task)] = _template(task, now)
+        known = templates.get(id(task))
+        if known is None:
+            keyed = isinstance(task, OutboxTask) and (
+                task.concurrency_key is not None or task.sequence_key is not None
+            )
+            known = templates[id(task)] = (_template(task, now), keyed)
+        template, keyed = known
         normal_args, normal_kwargs = json_arguments(task, args, kwargs)
         job = _copy(template)
         job.args, job.kwargs, job.token = normal_args, normal_kwargs, token
-        if isinstance(task, OutboxTask):
+        if keyed:
+            assert isinstance(task, OutboxTask)
             job.limit_key = task.limit_key_for(args, kwargs)
             if job.limit_key is not None:
                 job.status = JobStatus.HELD  # queued by keys.admit() when its key's turn comes
@@ -307,6 +313,10 @@ _INSERTED_FIELDS = [field for field in Job._meta.concrete_fields if not field.pr
 _TOKEN = Job._meta.get_field("token")
 
 
+#: Values a non-JSON field stores as they are (its adaptation would only wrap them).
+_AS_THEY_ARE = frozenset({int, str, float})
+
+
 def _stored(field: Any, value: Any, connection: Any) -> Any:
     """``value`` of ``field`` as ``insert_alike`` takes a row's values: JSON as its text,
     the rest as the field adapts it for the database."""
@@ -314,6 +324,8 @@ def _stored(field: Any, value: Any, connection: Any) -> Any:
         return None
     if isinstance(field, JSONField):
         return json_text(value)[1]
+    if type(value) in _AS_THEY_ARE:
+        return value
     return field.get_db_prep_save(value, connection)
 
 
