@@ -32,6 +32,12 @@ class Dialect(ABC):
     #: machine it runs on. Without it (an embedded database) statements take the time as
     #: a parameter.
     server_clock: bool
+    #: The job column whose index finds an active job by its dedup key: ``dedup_key``
+    #: itself where a partial unique index covers the active rows; where a database has
+    #: no partial index (MariaDB, MySQL), the generated column that holds the key of an
+    #: active (waiting, held, queued, running) row only, which its unique index covers
+    #: (migration 0010). A comparison with ``dedup_key`` there reads every row.
+    active_dedup_column: str = "dedup_key"
 
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"

@@ -29,6 +29,7 @@ class MariaDB(Dialect):
     loose_index_scan = True
     listen_notify = False
     server_clock = True
+    active_dedup_column = "dedup_active"
 
     def deadlock(self, exc: BaseException) -> bool:
         return bool(exc.args) and exc.args[0] == DEADLOCK

@@ -81,7 +81,7 @@ def insert_jobs(
     source_sql = (
         f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
         f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
-        f"WHERE j.dedup_key = {dedup_key} AND j.status IN (%s, %s, %s))"
+        f"WHERE j.{sql.active_dedup_column} = {dedup_key} AND j.status IN (%s, %s, %s))"
     )
     if ordering_key is None:
         return enqueue_select(
