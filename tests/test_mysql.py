@@ -160,27 +160,3 @@ def test_djangos_warnings_about_what_migration_0010_stands_in_for_are_not_shown(
     theirs = checks.Warning("no partial indexes", obj=User, id="models.W037")
     ours = checks.Warning("no partial indexes", obj=Job, id="models.W037")
     assert not outbox_checks._is_stood_in_for(theirs) and outbox_checks._is_stood_in_for(ours)
-
-
-@pytest.mark.django_db
-def test_a_fan_out_finds_active_delivery_jobs_by_the_index_of_active_dedup_keys():
-    """MariaDB has no partial index: the generated column that holds an active job's dedup
-    key has the unique index (migration 0010). A fan-out that compared ``dedup_key``
-    instead read the whole job table once for each delivery, and a transaction of many
-    sends slowed down with every one."""
-    from django.test.utils import CaptureQueriesContext
-
-    from django_outbox import webhooks
-
-    for number in range(3):
-        webhooks.create_endpoint(f"https://hooks.example.com/in/{number}")
-    with CaptureQueriesContext(connection) as queries:
-        webhooks.send("invoice.paid", {"n": 1})
-    (insert,) = [q["sql"] for q in queries if "outbox:enqueue-select" in q["sql"]]
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {insert}")
-        columns = [column[0] for column in cursor.description]
-        plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-    (job_lookup,) = [step for step in plan if step["table"] == "j"]
-    assert job_lookup["key"] == "outbox_job_dedup_active", plan
-    assert Job.objects.count() == 3  # and the jobs were written, one a delivery

@@ -6,8 +6,9 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox import webhooks
@@ -324,3 +325,30 @@ def test_a_delivery_job_is_enqueued_as_any_job_is_with_its_signal_and_the_defaul
     deliveries = set(message.deliveries.values_list("pk", flat=True))
     assert {r.args[0] for r in heard} == deliveries
     assert {(j.priority, j.backoff_base, j.backoff_cap) for j in jobs} == {(0, 2.0, 90.0)}
+
+
+@pytest.mark.skipif(
+    connection.vendor == "postgresql", reason="its planner picks by the table's size"
+)
+def test_a_fan_out_finds_active_delivery_jobs_through_the_index_of_active_dedup_keys():
+    """SQLite uses a partial index only where the query states the index's condition in
+    its terms, and MariaDB has none (a generated column holds an active job's key, with
+    the unique index): a fan-out that compared ``dedup_key`` with bound statuses read the
+    whole job table once for each delivery, and a transaction of many sends slowed down
+    with every one."""
+    endpoints(3)
+    with CaptureQueriesContext(connection) as queries:
+        webhooks.send("invoice.paid", {"n": 1})
+    (insert,) = [q["sql"] for q in queries if "outbox:enqueue-select" in q["sql"]]
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {insert}")
+            plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
+            assert "SEARCH j USING INDEX outbox_job_dedup_active" in plan, plan
+        else:
+            cursor.execute(f"EXPLAIN {insert}")
+            columns = [column[0] for column in cursor.description]
+            steps = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+            (job_lookup,) = [step for step in steps if step["table"] == "j"]
+            assert job_lookup["key"] == "outbox_job_dedup_active", steps
+    assert Job.objects.count() == 3  # one job a delivery
