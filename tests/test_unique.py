@@ -120,3 +120,31 @@ def test_two_transactions_racing_for_a_key_leave_one_job():
         thread.join(10)
     assert results["first"].id == results["second"].id
     assert Job.objects.filter(dedup_key="race").count() == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor == "postgresql", reason="its planner picks by the table's size"
+)
+def test_the_job_holding_a_key_is_found_through_the_index_of_active_keys():
+    """MariaDB cannot use its index of active keys for ``dedup_key = …``, and SQLite uses
+    a partial index only where the query states its condition in its own terms: a
+    lookup of the holder read the whole job table (on every enqueue of a held key)."""
+    from django_outbox.jobs.dedup import active_with_keys
+
+    held = tasks.add.using(unique_key="sum-1").enqueue(1, 2)
+    tasks.add.using(unique_key="sum-2").enqueue(1, 2)
+    Job.objects.filter(dedup_key="sum-2").update(status=JobStatus.SUCCEEDED)  # not active
+    key = Job.objects.get(dedup_key__isnull=False, status=JobStatus.QUEUED).dedup_key
+    lookup = active_with_keys("default", [key, "sum-2", "nobody's"])
+    sql, params = lookup.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
+            assert "USING INDEX outbox_job_dedup_active" in plan, plan
+        else:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            columns = [column[0] for column in cursor.description]
+            (step,) = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+            assert step["key"] == "outbox_job_dedup_active", step
+    assert [result_id(job.pk, job.token) for job in lookup] == [held.id]

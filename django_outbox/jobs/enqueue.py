@@ -29,14 +29,13 @@ from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
 from django_outbox.db.inserts import insert_alike
 from django_outbox.exceptions import InvalidTaskArguments
-from django_outbox.jobs import keys
+from django_outbox.jobs import dedup, keys
 from django_outbox.jobs.jsonvalues import json_text
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import build_result, to_task_result
 from django_outbox.lib.collector import collector_paused
 from django_outbox.lib.resultids import TOKEN_MAX, new_token, new_tokens
 from django_outbox.models import Job, JobStatus
-from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
 from django_outbox.wake.notify import notify_on_commit
 
@@ -507,8 +506,7 @@ def _insert_unique(job: Job, key: str) -> TaskResult | None:
             job.pk = pk
             job._state.adding, job._state.db = False, using
             return None
-        holder = Job.objects.using(using).filter(dedup_key=key, status__in=ACTIVE_STATUSES)
-        found = holder.first()
+        found = dedup.active_with_keys(using, [key]).first()
         if found is not None:
             return to_task_result(found)
     raise RuntimeError(

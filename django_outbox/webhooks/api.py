@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.db.routing import jobs_of
+from django_outbox.jobs import dedup
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.results import resolve_task
 from django_outbox.lib import text
@@ -26,11 +27,9 @@ from django_outbox.models import (
     Delivery,
     DeliveryStatus,
     Endpoint,
-    Job,
     Message,
     SignatureScheme,
 )
-from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
 from django_outbox.webhooks import catalogue, fanout, guard, signing
 from django_outbox.webhooks import headers as endpoint_headers
@@ -441,9 +440,7 @@ def resend(delivery: Delivery) -> bool:
 
 
 def _has_active_job(delivery_id: int) -> bool:
-    return Job.objects.filter(
-        dedup_key=f"{fanout.DEDUP_PREFIX}{delivery_id}", status__in=ACTIVE_STATUSES
-    ).exists()
+    return dedup.active_with_keys(_using(), [f"{fanout.DEDUP_PREFIX}{delivery_id}"]).exists()
 
 
 @_in_webhooks_database

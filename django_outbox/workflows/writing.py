@@ -11,9 +11,9 @@ from django.utils import timezone
 from django_outbox.db.inserts import insert_alike
 from django_outbox.db.routing import database_of, jobs_of
 from django_outbox.exceptions import OutboxError
+from django_outbox.jobs import dedup
 from django_outbox.jobs.enqueue import CHUNK_SIZE, build_jobs, insert_steps
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
-from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import OutboxTask
 from django_outbox.workflows.building import Plan, Step
 from django_outbox.workflows.runs import Run, run_of
@@ -51,7 +51,7 @@ class UniqueKeyHeld(OutboxError):
 
 def key_held(keys: list[str | None], what: str) -> UniqueKeyHeld:
     """The error for steps whose unique keys met an active job's: it names the holders."""
-    held_by = Job.objects.filter(dedup_key__in=[k for k in keys if k], status__in=ACTIVE_STATUSES)
+    held_by = dedup.active_with_keys(router.db_for_write(Job), [k for k in keys if k])
     holders = ", ".join(
         f"{key!r} by job #{pk} ({status})"
         for key, pk, status in held_by.values_list("dedup_key", "pk", "status")
