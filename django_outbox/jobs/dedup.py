@@ -22,16 +22,24 @@ from django_outbox.models.jobs import ACTIVE_STATUSES
 _STATUSES = ", ".join(f"'{status.value}'" for status in ACTIVE_STATUSES)
 
 
+def active_key_condition(using: str, match: str, table: str = "") -> str:
+    """SQL: the job (columns of ``table`` when given, e.g. ``"j"`` in a subquery) is
+    active and its dedup key ``match``es (``"= <expression>"``, ``"IN (%s, %s)"``), in the
+    terms of the index of active keys of database ``using``."""
+    prefix = f"{table}." if table else ""
+    column = dialect(using).active_dedup_column
+    if column != "dedup_key":
+        return f"{prefix}{column} {match}"
+    return (
+        f"{prefix}dedup_key {match} AND {prefix}dedup_key IS NOT NULL"
+        f" AND {prefix}status IN ({_STATUSES})"
+    )
+
+
 def active_with_keys(using: str, keys: Sequence[str]) -> QuerySet[Job]:
     """The active jobs of database ``using`` whose dedup key is one of ``keys``."""
     jobs = Job.objects.using(using)
     if not keys:
         return jobs.none()
-    column = dialect(using).active_dedup_column
-    placeholders = ", ".join(["%s"] * len(keys))
-    if column != "dedup_key":
-        return jobs.extra(where=[f"{column} IN ({placeholders})"], params=list(keys))
-    condition = (
-        f"dedup_key IN ({placeholders}) AND dedup_key IS NOT NULL AND status IN ({_STATUSES})"
-    )
-    return jobs.extra(where=[condition], params=list(keys))
+    match = f"IN ({', '.join(['%s'] * len(keys))})"
+    return jobs.extra(where=[active_key_condition(using, match)], params=list(keys))

@@ -272,7 +272,8 @@ def insert_steps(calls: Sequence[tuple[Task, Job]], results: bool = True) -> lis
     made: dict[int, TaskResult] = {}
     for task, of_task in by_task.values():
         announced = _announce(task, of_task, using, results)
-        made.update((job.pk, result) for job, result in zip(of_task, announced, strict=False))
+        if results:
+            made.update(zip((job.pk for job in of_task), announced, strict=True))
     return [made[job.pk] for job in jobs] if results else []
 
 
@@ -289,9 +290,9 @@ def _insert_many(jobs: list[Job], using: str) -> None:
     shared: dict[str, Any] = {}
     varying: list[Any] = [_TOKEN]  # drawn for each job: and a row needs one column of its own
     for field in _INSERTED_FIELDS:
-        value = getattr(first, field.attname)
         if field is _TOKEN:
             continue
+        value = getattr(first, field.attname)
         if all(getattr(job, field.attname) == value for job in jobs):
             shared[field.name] = value
         else:

@@ -16,10 +16,9 @@ from django.db import connections
 
 from django_outbox.compat import Task
 from django_outbox.db import dialect, named
-from django_outbox.jobs import keys
+from django_outbox.jobs import dedup, keys
 from django_outbox.jobs.enqueue import enqueue_select
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job
-from django_outbox.models.jobs import ACTIVE_STATUSES
 from django_outbox.task import SEQUENCE_PREFIX
 
 #: The job of a delivery carries this dedup key, so a delivery has one active job at most.
@@ -57,20 +56,6 @@ def insert_deliveries(
         return int(cursor.rowcount)
 
 
-def _active_job_with_key(sql: Any, key: str) -> str:
-    """A condition on job ``j``: it is active (waiting, held, queued or running) and has
-    the dedup key ``key``, in the terms the index of active keys is defined in, so that
-    every database finds it through that index. Where the index is partial, its own
-    condition, its statuses written out: SQLite uses a partial index only for a query that
-    states the index's condition in the same terms (a bound parameter is not), and
-    without it read the whole job table for each delivery. Where there is no partial
-    index (MariaDB, MySQL), the generated column of active keys."""
-    if sql.active_dedup_column != "dedup_key":
-        return f"j.{sql.active_dedup_column} = {key}"
-    statuses = ", ".join(f"'{status.value}'" for status in ACTIVE_STATUSES)
-    return f"j.dedup_key = {key} AND j.dedup_key IS NOT NULL AND j.status IN ({statuses})"
-
-
 def insert_jobs(
     using: str,
     task: Task,
@@ -96,7 +81,7 @@ def insert_jobs(
     source_sql = (
         f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
         f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
-        f"WHERE {_active_job_with_key(sql, dedup_key)})"
+        f"WHERE {dedup.active_key_condition(using, f'= {dedup_key}', 'j')})"
     )
     if ordering_key is None:
         return enqueue_select(
