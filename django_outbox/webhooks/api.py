@@ -1,6 +1,10 @@
 """What an application calls: endpoints, ``send()``, and the operations on deliveries.
 
 Everything here runs in the caller's transaction: a rollback sends nothing.
+
+One module of over 400 lines because it is the webhooks' public surface: each function
+checks its input the same way (the shared validators below) and runs in the webhooks'
+database (``_in_webhooks_database``); split, the checks and the routing would drift apart.
 """
 
 from __future__ import annotations
