@@ -277,6 +277,53 @@ def test_a_webhook_delivery_reads_back_as_its_job(receiver, run_worker, seen):
     assert_same(seen.finished[result_id], read)
 
 
+def test_workflow_steps_of_the_second_alias_read_back_through_it(two_aliases, run_worker, seen):
+    first = tasks.reports_its_result.using(backend="second", queue_name="q2", priority=6)
+    second = tasks.reports_its_result.using(backend="second", priority=-1)
+    run = workflows.chain(workflows.step(first, "one"), workflows.step(second, "two")).enqueue()
+    run_worker(backend="second", queues=["q2", "default"])
+    steps = workflows.get(run).steps
+    assert [step.status for step in steps] == ["succeeded", "succeeded"]
+    for step, task in zip(steps, [first, second], strict=True):
+        read = task_backends["second"].get_result(step.result_id)
+        assert read.backend == "second"
+        assert (read.task.queue_name, read.task.priority) == (task.queue_name, task.priority)
+        assert read.return_value == {
+            "id": step.result_id,
+            "backend": "second",
+            "task_backend": "second",
+            "queue_name": task.queue_name,
+            "priority": task.priority,
+            "run_after": None,
+        }
+        assert_same(seen.finished[step.result_id], read)
+        assert_same(task.get_result(step.result_id), read)
+
+
+def test_a_webhook_delivery_of_the_second_alias_reads_back_through_it(
+    two_aliases, receiver, run_worker, seen, settings
+):
+    settings.OUTBOX = settings.OUTBOX | {
+        "WEBHOOKS": settings.OUTBOX["WEBHOOKS"] | {"BACKEND": "second"}
+    }
+    webhooks.create_endpoint(receiver.url())
+    webhooks.send("invoice.paid", {"id": 8})
+    run_worker(backend="second", queues=["webhooks"])
+    job = Job.objects.get(queue="webhooks")
+    assert job.backend == "second"
+    (result_id,) = seen.finished
+    read = task_backends["second"].get_result(result_id)
+    assert read.status == TaskResultStatus.SUCCESSFUL, read.errors
+    assert (read.backend, read.task.backend, read.task.queue_name) == (
+        "second",
+        "second",
+        "webhooks",
+    )
+    assert read.task.priority == job.priority
+    assert_same(seen.finished[result_id], read)
+    assert len(receiver.at("/hook")) == 1
+
+
 def test_the_reproduction_of_the_report_with_runworker(two_aliases, start_worker, settings):
     """As the report had it: ``runworker --burst --backend second --queues q2`` in a
     process of its own (tests/settings.py adds the alias there too)."""
