@@ -59,7 +59,7 @@ DEADLOCK = 1213
 def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
     """Fill the table with ``jobs`` rows, then time ``processes`` x ``threads`` workers
     emptying it."""
-    from outbox_bench.mariadb import connect, plain_params
+    from outbox_bench.mariadb import connect, plain_params, wait_for_purge
 
     params = plain_params()
     setup = connect(params, autocommit=True)
@@ -71,6 +71,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
         cursor.executemany(f"INSERT INTO {TABLE} (queue) VALUES (%s)", [("default",)] * jobs)
         cursor.execute(f"ANALYZE TABLE {TABLE}")
         cursor.fetchall()
+        wait_for_purge()  # as the product's drain waits: no purge of earlier runs beside it
         seconds, statements = run_workers(_work, params, processes, threads)
         cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'")
         row = cursor.fetchone()

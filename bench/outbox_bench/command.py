@@ -685,8 +685,8 @@ class Command(BaseCommand):
         write = self.stdout.write
         write(
             f"outbox_bench depth, {connection.vendor}: {options['processes']} runworker "
-            f"processes x {options['concurrency']} threads, (PostgreSQL) the empty table "
-            "vacuumed before each enqueue, "
+            f"processes x {options['concurrency']} threads, the empty table vacuumed "
+            "(PostgreSQL) or purged (InnoDB) before each timed phase, "
             f"{options['finished']:,} finished jobs kept, {options['logging']} logging, medians "
             f"of {options['rounds']} interleaved rounds"
         )

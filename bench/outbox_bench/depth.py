@@ -4,9 +4,11 @@ grows with the work shows as a falling rate.
 For each size (say 10,000, 100,000 and 1,000,000 queued jobs) it enqueues the jobs with
 ``enqueue_many`` and times ``runworker --burst`` processes emptying the queue, as ``drain``
 does: on PostgreSQL the empty table is vacuumed and analysed before the enqueue, so each
-round starts from clean pages, and the drain meets statistics taken on an empty table, as
-a queue that fills after a quiet spell does (nothing vacuums between the enqueue and the
-end of the drain: CI's server runs without autovacuum). Beside it, in the same round, the
+round starts from clean pages (on MariaDB and MySQL each timed phase waits for InnoDB to
+purge the rows the phase before it deleted, for the same reason), and the drain meets
+statistics taken on an empty table, as a queue that fills after a quiet spell does
+(nothing vacuums between the enqueue and the end of the drain: CI's server runs without
+autovacuum). Beside it, in the same round, the
 same size through the two ceilings: a plain insert of rows of the same columns (``COPY``
 on PostgreSQL, a multi-row ``INSERT`` elsewhere) for the enqueue, and the raw-SQL queue
 (``ceiling``) for the drain. Rounds interleave ours and the ceilings; the figures are
@@ -141,6 +143,7 @@ def enqueue_rate(jobs: int, queue: str) -> float:
     task = noop.using(queue_name=queue)
     bench_jobs = Job.objects.filter(task_path=noop.module_path)
     bench_jobs.delete()
+    _settle()
     started = time.perf_counter()
     with transaction.atomic():
         for first in range(0, jobs, ENQUEUE_CHUNK):
@@ -167,6 +170,7 @@ def plain_insert_rate(jobs: int, queue: str) -> float:
         cursor.execute(f"SELECT {names} FROM {table} WHERE task_path = %s", [noop.module_path])
         row = list(cursor.fetchone())
     bench_jobs.delete()
+    _settle()
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -187,6 +191,15 @@ def plain_insert_rate(jobs: int, queue: str) -> float:
     rate = jobs / (time.perf_counter() - started)
     bench_jobs.delete()
     return rate
+
+
+def _settle() -> None:
+    """On MariaDB and MySQL, wait for InnoDB to purge the rows an earlier phase deleted,
+    so that no phase is timed beside the clean-up of the one before."""
+    if connection.vendor == "mysql":
+        from outbox_bench.mariadb import wait_for_purge
+
+        wait_for_purge()
 
 
 def keep_finished(count: int) -> None:

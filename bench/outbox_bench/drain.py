@@ -36,6 +36,7 @@ from django_outbox.models import Job, JobStatus
 from django_outbox.worker.loop import MAX_ADAPTIVE_BATCH, default_batch_size
 from django_outbox.worker.process import WorkerOptions, run
 from outbox_bench import pgstats
+from outbox_bench.mariadb import wait_for_purge
 
 #: Jobs enqueued one at a time to measure single enqueues (then deleted).
 SINGLE_ENQUEUES = 1000
@@ -316,7 +317,8 @@ def drain(
     """Enqueue ``jobs`` no-op jobs and time ``processes`` x ``concurrency`` workers running
     them all. ``warm_up``: first drain WARM_UP_JOBS jobs the same way, untimed (from
     WARM_UP_FROM_JOBS jobs on). ``vacuum``: on PostgreSQL, ``VACUUM ANALYZE`` the table
-    first (False: as a user's worker meets it, autovacuum having run when it ran).
+    first; on MariaDB and MySQL, wait for InnoDB's purge (False: as a user's worker meets
+    it, autovacuum or purge having run when it ran).
     ``logging``: the runworker processes' logging (LOGGING_CHOICES)."""
     from outbox_bench.tasks import noop
 
@@ -380,6 +382,8 @@ def _drain(
         # Dead rows from earlier runs would slow this one: start every run from clean pages.
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
+    elif vacuum and connection.vendor == "mysql":
+        wait_for_purge()  # the same on InnoDB: earlier runs' deleted rows purged first
 
     wal_before = pgstats.wal_position()
     started = time.perf_counter()

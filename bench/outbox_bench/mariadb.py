@@ -15,6 +15,8 @@ benchmark's.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,6 +44,33 @@ def connect(params: dict[str, Any], *, autocommit: bool) -> Any:
     db = MySQLdb.connect(**params, autocommit=autocommit)
     db.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     return db
+
+
+def wait_for_purge(using: str = "default", timeout: float = 600.0) -> float:
+    """Wait until InnoDB's purge has caught up (its history list is empty); the seconds
+    waited. MariaDB's counterpart of the ``VACUUM`` a PostgreSQL round starts with: the
+    rows an earlier phase deleted are purged in the background, and a drain started
+    before that ends shares the server's CPU with it. Gives up after ``timeout`` seconds
+    (a transaction left open elsewhere holds purge back) and says so on stderr."""
+    started = time.monotonic()
+    with connections[using].cursor() as cursor:
+        while True:
+            cursor.execute(
+                "SELECT `count` FROM information_schema.INNODB_METRICS"
+                " WHERE name = 'trx_rseg_history_len'"
+            )
+            row = cursor.fetchone()
+            waited = time.monotonic() - started
+            if row is None or int(row[0]) == 0:
+                return waited
+            if waited > timeout:
+                print(
+                    f"InnoDB's purge still has {row[0]} transactions to go after "
+                    f"{timeout:.0f} s: measuring anyway",
+                    file=sys.stderr,
+                )
+                return waited
+            time.sleep(0.5)
 
 
 def child_database(database: str, using: str = "default") -> dict[str, Any]:
