@@ -71,7 +71,7 @@ def drain(jobs: int, processes: int, threads: int) -> CeilingFigures:
         cursor.executemany(f"INSERT INTO {TABLE} (queue) VALUES (%s)", [("default",)] * jobs)
         cursor.execute(f"ANALYZE TABLE {TABLE}")
         cursor.fetchall()
-        wait_for_purge()  # as the product's drain waits: no purge of earlier runs beside it
+        wait_for_purge(jobs)  # as the product's drain waits: no purge of earlier runs beside it
         seconds, statements = run_workers(_work, params, processes, threads)
         cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE status = 'succeeded'")
         row = cursor.fetchone()

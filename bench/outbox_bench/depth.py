@@ -143,7 +143,7 @@ def enqueue_rate(jobs: int, queue: str) -> float:
     task = noop.using(queue_name=queue)
     bench_jobs = Job.objects.filter(task_path=noop.module_path)
     bench_jobs.delete()
-    _settle()
+    _settle(jobs)
     started = time.perf_counter()
     with transaction.atomic():
         for first in range(0, jobs, ENQUEUE_CHUNK):
@@ -170,7 +170,7 @@ def plain_insert_rate(jobs: int, queue: str) -> float:
         cursor.execute(f"SELECT {names} FROM {table} WHERE task_path = %s", [noop.module_path])
         row = list(cursor.fetchone())
     bench_jobs.delete()
-    _settle()
+    _settle(jobs)
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -193,13 +193,13 @@ def plain_insert_rate(jobs: int, queue: str) -> float:
     return rate
 
 
-def _settle() -> None:
+def _settle(jobs: int) -> None:
     """On MariaDB and MySQL, wait for InnoDB to purge the rows an earlier phase deleted,
     so that no phase is timed beside the clean-up of the one before."""
     if connection.vendor == "mysql":
         from outbox_bench.mariadb import wait_for_purge
 
-        wait_for_purge()
+        wait_for_purge(jobs)
 
 
 def keep_finished(count: int) -> None:

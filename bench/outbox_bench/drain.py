@@ -383,7 +383,7 @@ def _drain(
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
     elif vacuum and connection.vendor == "mysql":
-        wait_for_purge()  # the same on InnoDB: earlier runs' deleted rows purged first
+        wait_for_purge(jobs)  # the same on InnoDB: earlier runs' deleted rows purged first
 
     wal_before = pgstats.wal_position()
     started = time.perf_counter()
