@@ -980,8 +980,12 @@ def test_bulk_times_each_writer_beside_the_plain_insert_and_cleans_up(capsys, tm
     assert [f["writer"] for f in figures] == ["enqueue_many", "group", "webhooks"]
     for f in figures:
         assert f["jobs"] == 400 and f["per_s"] > 0 and f["plain_per_s"] > 0
-        assert f["of_plain"] > 0
-        assert re.search(rf"^\s+{f['writer']}\s+[\d,]+\s+[\d,]+\s+\d+%$", out, re.M)
+        assert f["of_plain"] > 0 and f["same_work_per_s"] > 0 and f["of_same_work"] > 0
+        row = rf"^\s+{f['writer']}\s+[\d,]+\s+[\d,]+\s+\d+%\s+[\d,]+\s+\d+%$"
+        assert re.search(row, out, re.M)
+    # enqueue_many writes job rows only: its same work is the plain insert of them.
+    assert figures[0]["same_work_per_s"] == figures[0]["plain_per_s"]
+    assert "same: " in out and "of every row the writer writes" in out
     assert "webhook sends to 20 endpoints each" in out
     assert (tmp_path / "bulk.png").read_bytes()[:4] == b"\x89PNG"
     # What the writers wrote is gone; the endpoints too.

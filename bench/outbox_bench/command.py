@@ -672,10 +672,17 @@ class Command(BaseCommand):
             queue=options["queue"],
         )
         self.results["figures"]["bulk"] = [asdict(f) for f in figures]
-        write(f"  {'writer':<14}{'jobs/s':>10}{'plain/s':>10}{'of plain':>10}")
+        write(
+            f"  {'writer':<14}{'jobs/s':>10}{'plain/s':>10}{'of plain':>10}"
+            f"{'same/s':>10}{'of same':>10}"
+        )
         for f in figures:
-            write(f"  {f.writer:<14}{f.per_s:>10,.0f}{f.plain_per_s:>10,.0f}{f.of_plain:>10.0%}")
-        write(f"  plain: {figures[0].plain_insert} of rows of the same columns")
+            write(
+                f"  {f.writer:<14}{f.per_s:>10,.0f}{f.plain_per_s:>10,.0f}{f.of_plain:>10.0%}"
+                f"{f.same_work_per_s:>10,.0f}{f.of_same_work:>10.0%}"
+            )
+        write(f"  plain: {figures[0].plain_insert} of rows of the same columns (the job rows)")
+        write(f"  same: {figures[0].plain_insert} of every row the writer writes")
 
     def depth(self, options: dict[str, Any]) -> None:
         from outbox_bench import depth

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Model
+from django.db.models.fields import AutoFieldMixin
 
 import django_outbox
 from django_outbox.models import Job, JobStatus
@@ -162,35 +164,65 @@ def plain_insert_rate(jobs: int, queue: str) -> float:
     bench_jobs = Job.objects.filter(task_path=noop.module_path)
     bench_jobs.delete()
     django_outbox.enqueue_many(task, [((), {})])
-    columns = [str(f.column) for f in Job._meta.concrete_fields if not f.primary_key]
-    quote = connection.ops.quote_name
-    names = ", ".join(quote(c) for c in columns)
-    table = quote(Job._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {names} FROM {table} WHERE task_path = %s", [noop.module_path])
-        row = list(cursor.fetchone())
+    columns = plain_columns(Job)
+    (row,) = stored_rows(Job, columns, "task_path = %s", [noop.module_path])
     bench_jobs.delete()
     _settle(jobs)
+    with transaction.atomic():
+        seconds = plain_insert(Job, columns, [row] * jobs)
+    rate = jobs / seconds
+    bench_jobs.delete()
+    return rate
+
+
+def plain_columns(model: type[Model]) -> list[str]:
+    """The columns of ``model`` a plain insert writes: all but an automatic primary key."""
+    return [
+        str(f.column)
+        for f in model._meta.concrete_fields
+        if not (f.primary_key and isinstance(f, AutoFieldMixin))
+    ]
+
+
+def stored_rows(
+    model: type[Model], columns: list[str], where: str, params: list[Any]
+) -> list[list[Any]]:
+    """The rows of ``model`` matching ``where``, as the database has them (``columns``, in
+    primary key order): what a plain insert writes again."""
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(c) for c in columns)
+    table, key = quote(model._meta.db_table), quote(str(model._meta.pk.column))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {names} FROM {table} WHERE {where} ORDER BY {key}", params)
+        return [list(row) for row in cursor.fetchall()]
+
+
+def plain_insert(model: type[Model], columns: list[str], rows: list[list[Any]]) -> float:
+    """Put ``rows`` (values of ``columns``) into ``model``'s table by the leanest plain
+    statement, in the current transaction: ``COPY`` on PostgreSQL, multi-row ``INSERT``s of
+    PLAIN_ROWS rows elsewhere; the seconds it took."""
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(c) for c in columns)
+    table = quote(model._meta.db_table)
     started = time.perf_counter()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             raw: Any = cursor.cursor  # psycopg's own cursor: COPY
             with raw.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-                for _ in range(jobs):
+                for row in rows:
                     copy.write_row(row)
         else:
             most = connection.features.max_query_params
             per = min(PLAIN_ROWS, most // len(columns)) if most else PLAIN_ROWS
             placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
-            for first in range(0, jobs, per):
-                count = min(per, jobs - first)
+            for first in range(0, len(rows), per):
+                chunk = rows[first : first + per]
+                values = ", ".join([placeholders] * len(chunk))
                 cursor.execute(
-                    f"INSERT INTO {table} ({names}) VALUES {', '.join([placeholders] * count)}",
-                    row * count,
+                    f"INSERT INTO {table} ({names}) VALUES {values}",
+                    [value for row in chunk for value in row],
                 )
-    rate = jobs / (time.perf_counter() - started)
-    bench_jobs.delete()
-    return rate
+    return time.perf_counter() - started
 
 
 def _settle(jobs: int) -> None:
