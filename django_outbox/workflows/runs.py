@@ -117,10 +117,22 @@ def get(workflow_id: int | Run) -> Run:
 
 def run_of(workflow: Workflow, jobs: list[Job], shape: list[tuple[list[int], bool]]) -> Run:
     """The run of a workflow just written, from what was written (no query): ``shape``
-    gives each step's parents' positions and whether it runs always."""
+    gives each step's parents' positions and whether it runs always. Its jobs have not
+    run: no result, error or progress yet."""
     states = tuple(
-        _state(job, position, tuple(shape[position][0]), shape[position][1])
-        for position, job in enumerate(jobs)
+        StepState(
+            position=position,
+            job_id=job.id,
+            result_id=result_id(job.id, job.token),
+            task_path=job.task_path,
+            status=str(job.status),
+            result=None,
+            error=None,
+            progress=None,
+            waits_for=tuple(parents),
+            always=always,
+        )
+        for position, (job, (parents, always)) in enumerate(zip(jobs, shape, strict=True))
     )
     return _run(workflow, states)
 

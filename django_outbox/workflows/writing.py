@@ -13,6 +13,7 @@ from django_outbox.db.routing import database_of, jobs_of
 from django_outbox.exceptions import OutboxError
 from django_outbox.jobs import dedup
 from django_outbox.jobs.enqueue import CHUNK_SIZE, build_jobs, insert_steps
+from django_outbox.lib.collector import collector_paused
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
 from django_outbox.task import OutboxTask
 from django_outbox.workflows.building import Plan, Step
@@ -35,7 +36,7 @@ def write(
             f"TASKS aliases {', '.join(sorted(aliases))}, which keep them in different ones."
         )
     keys = unique_keys([node.step for node in plan.nodes])
-    with jobs_of(plan.nodes[0].step.task.backend):
+    with jobs_of(plan.nodes[0].step.task.backend), collector_paused():
         try:
             return _write(plan, result_positions, result_is_list, name, batch_callbacks, keys)
         except IntegrityError:
@@ -112,7 +113,7 @@ def _write(
                 job.status, job.receives = JobStatus.WAITING, node.receives
             calls.append((node.step.task, job))
         insert_steps(calls, results=False)
-        ids = [job.pk for _, job in calls]
+        ids = [job.id for _, job in calls]
         insert_alike(
             "workflow-steps",
             WorkflowStep,
