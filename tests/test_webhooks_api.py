@@ -330,15 +330,18 @@ def test_a_delivery_job_is_enqueued_as_any_job_is_with_its_signal_and_the_defaul
 @pytest.mark.skipif(
     connection.vendor == "postgresql", reason="its planner picks by the table's size"
 )
-def test_a_fan_out_finds_active_delivery_jobs_through_the_index_of_active_dedup_keys():
+def test_a_resend_finds_active_delivery_jobs_through_the_index_of_active_dedup_keys():
     """SQLite uses a partial index only where the query states the index's condition in
     its terms, and MariaDB has none (a generated column holds an active job's key, with
     the unique index): a fan-out that compared ``dedup_key`` with bound statuses read the
     whole job table once for each delivery, and a transaction of many sends slowed down
-    with every one."""
-    endpoints(3)
+    with every one. A resend or a recovery looks, since a delivery may have a job."""
+    (endpoint, *_) = endpoints(3)
+    webhooks.send("invoice.paid", {"n": 1})
+    Job.objects.update(status=JobStatus.FAILED)
+    Delivery.objects.update(status=DeliveryStatus.FAILED)
     with CaptureQueriesContext(connection) as queries:
-        webhooks.send("invoice.paid", {"n": 1})
+        assert webhooks.recover(endpoint, since=timezone.now() - timedelta(hours=1)) == 1
     (insert,) = [q["sql"] for q in queries if "outbox:enqueue-select" in q["sql"]]
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -351,4 +354,18 @@ def test_a_fan_out_finds_active_delivery_jobs_through_the_index_of_active_dedup_
             steps = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
             (job_lookup,) = [step for step in steps if step["table"] == "j"]
             assert job_lookup["key"] == "outbox_job_dedup_active", steps
-    assert Job.objects.count() == 3  # one job a delivery
+    assert Job.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+
+def test_a_send_writes_its_delivery_jobs_without_reading_the_job_table():
+    """A message send() writes has no deliveries before, so no delivery job can exist:
+    its fan-out inserts one job a delivery and does not look for active ones."""
+    endpoints(3)
+    with CaptureQueriesContext(connection) as queries:
+        message = webhooks.send("invoice.paid", {"n": 1})
+    (insert,) = [q["sql"] for q in queries if "outbox:enqueue-select" in q["sql"]]
+    assert Job._meta.db_table not in insert.split("SELECT", 1)[1], insert
+    jobs = Job.objects.filter(queue="webhooks", status=JobStatus.QUEUED)
+    assert sorted(job.args[0] for job in jobs) == sorted(
+        message.deliveries.values_list("pk", flat=True)
+    )

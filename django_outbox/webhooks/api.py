@@ -369,7 +369,7 @@ def send(
                 if existing := found.first():
                     return existing
                 raise
-        fan_out(message, now)
+        fan_out(message, now, fresh=True)
     return message
 
 
@@ -377,14 +377,17 @@ def new_message_id() -> str:
     return "msg_" + uuid.uuid4().hex
 
 
-def fan_out(message: Message, now: datetime, endpoint_ids: list[int] | None = None) -> int:
-    """Deliveries of ``message`` and their jobs, then a wake-up on commit."""
+def fan_out(
+    message: Message, now: datetime, endpoint_ids: list[int] | None = None, fresh: bool = False
+) -> int:
+    """Deliveries of ``message`` and their jobs, then a wake-up on commit. ``fresh``: the
+    message was written by this transaction, so it has no deliveries yet."""
     using = _using()
     created = fanout.insert_deliveries(
         using, message.pk, message.event_type, message.tenant, now, endpoint_ids
     )
     if created:
-        enqueue_delivery_jobs(message.pk, now, endpoint_ids, message.ordering_key)
+        enqueue_delivery_jobs(message.pk, now, endpoint_ids, message.ordering_key, fresh)
     return created
 
 
@@ -393,6 +396,7 @@ def enqueue_delivery_jobs(
     now: datetime,
     endpoint_ids: list[int] | None = None,
     ordering_key: str | None = None,
+    fresh: bool = False,
 ) -> int:
     options = conf.get().WEBHOOKS
     deliver = resolve_task(DELIVER_TASK)
@@ -408,7 +412,7 @@ def enqueue_delivery_jobs(
         # stops a delivery whose worker keeps dying from running for ever.
         max_attempts=2 * len(options.RETRY_SCHEDULE) + 2,
     )
-    return fanout.insert_jobs(_using(), task, message_id, now, endpoint_ids, ordering_key)
+    return fanout.insert_jobs(_using(), task, message_id, now, endpoint_ids, ordering_key, fresh)
 
 
 # -- operations (the admin exposes them) ---------------------------------------------------
@@ -500,7 +504,7 @@ def send_test(endpoint: Endpoint, payload: Any = None) -> Message:
             body=envelope(TEST_EVENT, data, now),
             created_at=now,
         )
-        fan_out(message, now, [endpoint.pk])
+        fan_out(message, now, [endpoint.pk], fresh=True)
     return message
 
 

@@ -63,9 +63,12 @@ def insert_jobs(
     now: datetime,
     endpoint_ids: Sequence[int] | None = None,
     ordering_key: str | None = None,
+    fresh: bool = False,
 ) -> int:
     """One job of ``task`` per pending delivery of the message that has no active job, in
-    one statement, through the engine's enqueue path (jobs/enqueue.py).
+    one statement, through the engine's enqueue path (jobs/enqueue.py). ``fresh``: the
+    deliveries were all written by this transaction, so no job can hold their keys yet and
+    the statement does not look (the unique index of active keys still stands behind it).
 
     With an ``ordering_key``, each job takes its turn in the sequence of its endpoint and
     key (``ordered_key``), behind the deliveries of earlier messages with that key."""
@@ -75,14 +78,17 @@ def insert_jobs(
     if endpoint_ids is not None:
         only = f" AND d.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})"
         params += list(endpoint_ids)
-    params.append(DEDUP_PREFIX)
     sql = dialect(using)
     dedup_key = sql.concat("%s", sql.text("d.id"))
     source_sql = (
-        f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s"
-        f"{only} AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
-        f"WHERE {dedup.active_key_condition(using, f'= {dedup_key}', 'j')})"
+        f"FROM {quote(Delivery._meta.db_table)} d WHERE d.message_id = %s AND d.status = %s{only}"
     )
+    if not fresh:
+        params.append(DEDUP_PREFIX)  # the prefix of the key the check builds
+        source_sql += (
+            f" AND NOT EXISTS (SELECT 1 FROM {quote(Job._meta.db_table)} j "
+            f"WHERE {dedup.active_key_condition(using, f'= {dedup_key}', 'j')})"
+        )
     if ordering_key is None:
         return enqueue_select(
             task,
