@@ -2,10 +2,12 @@
 
 Enqueues register ``transaction.on_commit``: a rollback signals nobody. The signal goes at
 once, from the committing thread: a worker that is idle when a job commits hears of it
-within milliseconds. Signals are coalesced only while one is being sent: a commit whose
-queue is being signalled by another thread of the process leaves its signal to that thread,
-which sends once more, right after, for everything that came meanwhile. No signal is held
-for later, so none is lost when the process exits.
+within milliseconds. A transaction signals each of its queues once, however many enqueues
+it made (a view's loop of a thousand sends commits one signal, not a thousand). Across
+threads, signals are coalesced only while one is being sent: a commit whose queue is being
+signalled by another thread of the process leaves its signal to that thread, which sends
+once more, right after, for everything that came meanwhile. No signal is held for later,
+so none is lost when the process exits.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import logging
 import threading
 from collections.abc import Iterable
 from datetime import datetime
-from functools import partial
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from django_outbox.wake.base import Sender
 
@@ -100,8 +101,41 @@ def notify_on_commit(due: Iterable[tuple[str, datetime]], using: str) -> None:
     for queue, run_at in due:
         at = run_at.timestamp()
         earliest[queue] = min(at, earliest.get(queue, at))
-    if earliest:
-        transaction.on_commit(partial(_send, earliest, using), using=using, robust=True)
+    if not earliest:
+        return
+    connection = connections[using]
+    hooks = connection.run_on_commit
+    if connection.in_atomic_block and hooks and isinstance(hooks[-1][1], SignalOnCommit):
+        # Joined to the signal this transaction registered last. Django drops a hook when a
+        # savepoint it was registered in rolls back; that hook, still registered, was made
+        # in savepoints that are still open (each of which is open now too) or released
+        # (which no rollback can reach), so whatever rolls back the enqueue made now rolls
+        # back either both or neither, or only the enqueue: then the signal still goes,
+        # once, for a job that is not there, which costs a worker one empty claim. A
+        # signal is never dropped for a job that commits.
+        hooks[-1][1].add(earliest)
+    else:
+        transaction.on_commit(SignalOnCommit(earliest, using), using=using, robust=True)
+
+
+class SignalOnCommit:
+    """The queues a transaction signals when it commits, each at its earliest due time."""
+
+    __slots__ = ("queues", "using")
+
+    def __init__(self, queues: dict[str, float], using: str) -> None:
+        self.queues = queues
+        self.using = using
+
+    def add(self, queues: dict[str, float]) -> None:
+        for queue, due in queues.items():
+            self.queues[queue] = min(due, self.queues.get(queue, due))
+
+    def __call__(self) -> None:
+        _send(self.queues, self.using)
+
+    def __repr__(self) -> str:  # what Django logs if the signal fails
+        return f"wake-up of {sorted(self.queues)} on {self.using!r}"
 
 
 def _send(queues: dict[str, float], using: str) -> None:
