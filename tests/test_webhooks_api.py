@@ -146,6 +146,11 @@ def test_send_runs_the_same_statements_whatever_the_fan_out():
         assert Job.objects.filter(dedup_key__in=keys).count() == count
     # BEGIN, the message, the deliveries, the jobs, COMMIT.
     assert statements[1] == statements[10] == statements[500] == 5, statements
+    # In the caller's transaction, a send is those three statements and no savepoint.
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        webhooks.send("invoice.paid", {"id": 2}, tenant="t10")
+    sent = [q["sql"] for q in queries if "outbox:wake" not in q["sql"]]
+    assert len(sent) == 3 and not any("SAVEPOINT" in sql for sql in sent), sent
 
 
 def test_a_rollback_sends_nothing():
