@@ -137,6 +137,15 @@ def test_idle_refuses_a_bad_settle_before_starting_anything():
     assert not Job.objects.exists()
 
 
+def test_dashboard_refuses_a_history_too_short_to_prune_before_writing_it():
+    from django.core.management.base import CommandError
+
+    for bad, says in (("1", "at least 2 days"), ("week", "a whole number of days")):
+        with pytest.raises(CommandError, match=says):
+            call_command("outbox_bench", "dashboard", "--jobs", "10", "--days", bad)
+    assert not Job.objects.exists()
+
+
 def test_webhooks_refuses_bad_arguments():
     from django.core.management.base import CommandError
 
@@ -193,7 +202,17 @@ def test_dashboard_writes_its_history_renders_each_page_and_deletes_it(capsys, m
         written["hours"] = EndpointHour.objects.aggregate(a=Sum("attempts"), ok=Sum("succeeded"))
         return render(rounds)
 
+    prune = dashboard.time_prune
+
+    def count_around_prune(days):
+        jobs = Job.objects.filter(task_path=dashboard.MARK)
+        written["before prune"] = jobs.count()
+        pruned = prune(days)
+        written["after prune"] = list(jobs.values_list("status", "finished_at"))
+        return pruned
+
     monkeypatch.setattr(dashboard, "time_pages", count_then_render)
+    monkeypatch.setattr(dashboard, "time_prune", count_around_prune)
     call_command(
         "outbox_bench", "dashboard", "--jobs", "300", "--attempts", "200", "--days", "2",
         "--rounds", "2",
@@ -219,6 +238,14 @@ def test_dashboard_writes_its_history_renders_each_page_and_deletes_it(capsys, m
     attempts = {(1, False): failing, (1, True): 100 - failing, (2, True): 100}
     assert written["attempts"] == {key: n for key, n in attempts.items() if n}
     assert written["hours"] == {"a": 200, "ok": 200 - failing}
+    # Then the oldest of the two days' finished jobs are pruned, and only those.
+    line = re.search(r"^  prune: (\d+) jobs finished over 1 days ago in [\d.]+ s", out, re.M)
+    assert line, out
+    kept = written["after prune"]
+    assert int(line[1]) == written["before prune"] - len(kept) > 50, out
+    day_ago = timezone.now() - timedelta(days=1, minutes=1)
+    assert all(finished is None or finished > day_ago for _, finished in kept)
+    assert sum(1 for status, _ in kept if status == "queued") == 3
     # Everything it wrote is gone, its superuser too.
     for model in (Job, Message, Endpoint, Delivery, Attempt, EndpointHour):
         assert not model.objects.exists(), model

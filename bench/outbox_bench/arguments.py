@@ -29,3 +29,17 @@ def names(text: str, allowed: Sequence[str], what: str) -> list[str]:
             f"{what} are {', '.join(allowed)}; not {', '.join(unknown) or repr(text)}"
         )
     return chosen
+
+
+def history_days(text: str) -> int:
+    """The days a history spans: at least 2, since its oldest day is pruned and the rest
+    kept."""
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of days, not {text!r}") from None
+    if days < 2:
+        raise argparse.ArgumentTypeError(
+            f"at least 2 days (the oldest one is pruned, the rest kept): {text!r}"
+        )
+    return days

@@ -23,7 +23,7 @@ from django_outbox.management.commands.runworker import batch_size, positive_int
 from django_outbox.management.commands.runworker import seconds as seconds_arg
 from django_outbox.migrated import require_migrated
 from outbox_bench import ceiling, runworker_report, wakeups
-from outbox_bench.arguments import names, whole_numbers
+from outbox_bench.arguments import history_days, names, whole_numbers
 from outbox_bench.drain import (
     LOGGING_CHOICES,
     DrainError,
@@ -283,7 +283,12 @@ class Command(BaseCommand):
         )
         board.add_argument("--jobs", type=positive_int, default=1_000_000)
         board.add_argument("--attempts", type=positive_int, default=1_000_000)
-        board.add_argument("--days", type=positive_int, default=7)
+        board.add_argument(
+            "--days",
+            type=history_days,
+            default=7,
+            help="Days the history spans; the oldest one is pruned at the end.",
+        )
         board.add_argument("--rounds", type=positive_int, default=5)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -588,6 +593,16 @@ class Command(BaseCommand):
                     f"  {page.page:<20}{page.median_ms:>12.1f}{page.max_ms:>10.1f}"
                     f"{page.queries:>10}"
                 )
+            pruned = dashboard.time_prune(options["days"])
+            self.results["figures"]["prune"] = {
+                "jobs": pruned.jobs,
+                "seconds": pruned.seconds,
+                "per_s": pruned.per_s,
+            }
+            self.stdout.write(
+                f"  prune: {pruned.jobs:,} jobs finished over {options['days'] - 1} days ago "
+                f"in {pruned.seconds:.2f} s ({pruned.per_s:,.0f} jobs/s)"
+            )
         finally:
             dashboard.clean()
 

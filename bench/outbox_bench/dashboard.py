@@ -5,8 +5,9 @@ It writes ``jobs`` finished, failed and queued jobs spread over the last ``days`
 recorder would have kept) over the last day, straight in SQL (a million ORM saves would
 take longer than the benchmark; each database's spelling is in ``dashboard_sql``), then
 renders the dashboard and the admin's lists as a logged-in superuser would, and reports
-milliseconds per page and queries per page. Every row it writes carries its mark and is
-deleted at the end.
+milliseconds per page and queries per page; then times retention's ``prune()`` of the
+oldest day's finished jobs, so that pruning at a size is measured beside the pages. Every
+row it writes carries its mark and is deleted at the end.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 
+from django_outbox import retention
 from django_outbox.models import Attempt, Delivery, Endpoint, EndpointHour, Job, Message
 from outbox_bench.dashboard_sql import spelling
 
@@ -125,6 +128,24 @@ def fill(jobs: int, attempts: int, days: int) -> float:
         ]
         cursor.execute(sql.analyze(tables))
     return time.perf_counter() - started
+
+
+@dataclass(frozen=True, slots=True)
+class PruneTime:
+    jobs: int
+    seconds: float
+
+    @property
+    def per_s(self) -> float:
+        return self.jobs / self.seconds if self.seconds else 0.0
+
+
+def time_prune(days: int) -> PruneTime:
+    """``prune()`` of the jobs finished more than ``days - 1`` days ago: the oldest day of
+    the history, about ``1 / days`` of it."""
+    began = time.perf_counter()
+    pruned = retention.prune(older_than=timedelta(days=days - 1))
+    return PruneTime(pruned.counts["jobs"], time.perf_counter() - began)
 
 
 def clean() -> None:
