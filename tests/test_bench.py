@@ -143,7 +143,40 @@ def test_dashboard_refuses_a_history_too_short_to_prune_before_writing_it():
     for bad, says in (("1", "at least 2 days"), ("week", "a whole number of days")):
         with pytest.raises(CommandError, match=says):
             call_command("outbox_bench", "dashboard", "--jobs", "10", "--days", bad)
+    with pytest.raises(CommandError, match=r"\(12 together\) are jobs of --jobs \(10\)"):
+        call_command("outbox_bench", "dashboard", "--jobs", "10", "--queued", "4", "--failed", "8")
     assert not Job.objects.exists()
+
+
+def test_dashboard_holds_the_queued_and_failed_jobs_it_is_given_whatever_the_history(
+    monkeypatch,
+):
+    """So that a history of many finished jobs can be rendered beside the same active ones:
+    the ids run from the oldest job to the newest, as in a table that ran for that long."""
+    from django.db import connection
+    from django.db.models import Count
+
+    from outbox_bench import dashboard
+
+    if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
+        pytest.skip("the dashboard's loader writes with MariaDB's sequence tables")
+    written: dict = {}
+
+    def count(rounds):
+        jobs = Job.objects.filter(task_path=dashboard.MARK)
+        written["statuses"] = dict(jobs.values_list("status").annotate(n=Count("id")))
+        by_id = jobs.exclude(status="queued").order_by("id")
+        written["finished in id order"] = list(by_id.values_list("finished_at", flat=True))
+        return []
+
+    monkeypatch.setattr(dashboard, "time_pages", count)
+    call_command(
+        "outbox_bench", "dashboard", "--jobs", "1000", "--queued", "10", "--failed", "4",
+        "--attempts", "2", "--days", "3", "--rounds", "1",
+    )  # fmt: skip
+    assert written["statuses"] == {"queued": 10, "failed": 4, "succeeded": 986}
+    finished = written["finished in id order"]
+    assert finished == sorted(finished, reverse=False) and finished[0] < finished[-1]
 
 
 def test_webhooks_refuses_bad_arguments():

@@ -282,6 +282,16 @@ class Command(BaseCommand):
             help="Render the admin's dashboard and lists over a large history of jobs.",
         )
         board.add_argument("--jobs", type=positive_int, default=1_000_000)
+        board.add_argument(
+            "--queued",
+            type=positive_int,
+            help="About how many of --jobs are queued (1 %% of them unless given).",
+        )
+        board.add_argument(
+            "--failed",
+            type=positive_int,
+            help="About how many of --jobs failed (2 %% of them unless given).",
+        )
         board.add_argument("--attempts", type=positive_int, default=1_000_000)
         board.add_argument(
             "--days",
@@ -577,9 +587,21 @@ class Command(BaseCommand):
     def dashboard(self, options: dict[str, Any]) -> None:
         from outbox_bench import dashboard
 
+        held = (options["queued"] or 0) + (options["failed"] or 0)
+        if held > options["jobs"]:
+            raise CommandError(
+                f"--queued and --failed ({held:,} together) are jobs of --jobs "
+                f"({options['jobs']:,}): at most that many"
+            )
         dashboard.clean()
         try:
-            seconds = dashboard.fill(options["jobs"], options["attempts"], options["days"])
+            seconds = dashboard.fill(
+                options["jobs"],
+                options["attempts"],
+                options["days"],
+                queued=options["queued"],
+                failed=options["failed"],
+            )
             self.stdout.write(
                 f"outbox_bench dashboard, {connection.vendor}: {options['jobs']:,} jobs over "
                 f"{options['days']} days and {options['attempts']:,} attempts over a day "

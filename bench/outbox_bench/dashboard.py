@@ -50,33 +50,43 @@ class PageTime:
     queries: int
 
 
-def fill(jobs: int, attempts: int, days: int) -> float:
-    """Write the history; returns the seconds it took."""
+def fill(
+    jobs: int, attempts: int, days: int, queued: int | None = None, failed: int | None = None
+) -> float:
+    """Write the history; returns the seconds it took. ``queued`` and ``failed``: about
+    how many jobs of ``jobs`` are queued and failed (1 % and 2 % unless given), the rest
+    succeeded."""
     started = time.perf_counter()
     span = days * 86400
+    # Every how many rows one is queued, and one failed (the first by number, after it).
+    queued_every = max(1, jobs // queued) if queued else 100
+    failed_every = max(1, jobs // failed) if failed else 50
     deliveries = max(1, attempts // 2)
     messages = max(1, deliveries // ENDPOINTS)
     sql = spelling(connection)
     job, message, endpoint = Job._meta.db_table, Message._meta.db_table, Endpoint._meta.db_table
     delivery, attempt = Delivery._meta.db_table, Attempt._meta.db_table
     # Every number below is ours: the statements take no parameters, so % is plain SQL.
+    is_queued = f"n % {queued_every} = 0"
+    is_failed = f"n % {failed_every} = {1 % failed_every} AND NOT ({is_queued})"
     with connection.cursor() as cursor:
-        # Jobs: 97 % succeeded, 2 % failed, 1 % queued (half of those due), over `days`.
-        at = f"(n * 7919) % {span}"
+        # Jobs over `days`, the oldest first by id as in a table that has run for that long
+        # (where the oldest finished rows, which pruning deletes, are in the first pages).
+        at = f"{span} - {sql.quotient(f'n * {span}', str(jobs))}"
         # Half the queued jobs are due, half scheduled two hours ahead.
-        due_at = f"{at} + 2 - CASE WHEN n % 200 = 0 THEN 7200 ELSE 0 END"
+        due_at = f"{at} + 2 - CASE WHEN n % {2 * queued_every} = 0 THEN 7200 ELSE 0 END"
         cursor.execute(
             f"""INSERT INTO {job} (backend, queue, task_path, args, kwargs, priority, status,
                 run_at, attempts, max_attempts, backoff_base, backoff_cap, worker_ids, errors,
                 enqueued_at, started_at, last_attempted_at, finished_at, token)
             SELECT 'default', CASE WHEN n % 10 = 0 THEN 'reports' ELSE 'default' END,
                 '{MARK}', '[]', '{{}}', 0,
-                CASE WHEN n % 100 = 0 THEN 'queued' WHEN n % 50 = 1 THEN 'failed'
+                CASE WHEN {is_queued} THEN 'queued' WHEN {is_failed} THEN 'failed'
                      ELSE 'succeeded' END,
                 {sql.ago(due_at)}, 1, 3, 1, 3600, '[]',
-                CASE WHEN n % 50 = 1 THEN {sql.text(FAILED_ERRORS)} ELSE '[]' END{sql.json},
+                CASE WHEN {is_failed} THEN {sql.text(FAILED_ERRORS)} ELSE '[]' END{sql.json},
                 {sql.ago(f"{at} + 2")}, {sql.ago(f"{at} + 1")}, {sql.ago(f"{at} + 1")},
-                CASE WHEN n % 100 = 0 THEN NULL ELSE {sql.ago(at)} END,
+                CASE WHEN {is_queued} THEN NULL ELSE {sql.ago(at)} END,
                 1 + n % 2147483646
             FROM {sql.series(jobs)}"""
         )

@@ -33,7 +33,12 @@ class Spelling:
 
     def ago(self, seconds: str) -> str:
         """The time (UTC) that many seconds before now."""
-        return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ({seconds}) || ' seconds')"
+        # "-N seconds", or "N seconds" for a time ahead (a negative number of seconds ago).
+        return f"strftime('%Y-%m-%d %H:%M:%f', 'now', (-({seconds})) || ' seconds')"
+
+    def quotient(self, dividend: str, divisor: str) -> str:
+        """Whole-number division of two whole numbers."""
+        return f"({dividend}) / ({divisor})"
 
     def concat(self, *parts: str) -> str:
         """Text joined end to end."""
@@ -88,6 +93,9 @@ class MariaDB(Spelling):
         # UTC, as Django stores datetimes in MariaDB's DATETIME columns (NOW() would be in
         # the session's time zone).
         return f"UTC_TIMESTAMP(6) - INTERVAL ({seconds}) SECOND"
+
+    def quotient(self, dividend: str, divisor: str) -> str:
+        return f"({dividend}) DIV ({divisor})"  # "/" is exact, decimal division
 
     def concat(self, *parts: str) -> str:
         # || is OR to MariaDB (unless sql_mode says PIPES_AS_CONCAT).
