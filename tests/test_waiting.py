@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 
@@ -142,6 +143,63 @@ def test_the_jobs_page_shows_why_it_waits_with_links_to_the_jobs_holding_it(admi
     done = JobFactory(status=JobStatus.SUCCEEDED)
     page = admin_client.get(f"/admin/django_outbox/job/{done.pk}/change/").content.decode()
     assert "Why is it waiting?" not in page
+
+
+def _reason_on_page(admin_client, job: Job) -> str:
+    page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+    assert "Why is it waiting?" in page
+    return page
+
+
+@pytest.mark.usefixtures("live_worker")
+def test_the_jobs_page_says_until_when_for_every_reason_bound_to_a_time(admin_client) -> None:
+    """A scheduled job, a retry in its backoff, a rate key's turn, a queue at its rate."""
+    later = timezone.now() + timedelta(minutes=5)
+    until = f"Until {timezone.localtime(later):%Y-%m-%d %H:%M:%S} (in "
+    scheduled = JobFactory(run_at=later)
+    retry = JobFactory(run_at=later, attempts=1, errors=[{"exception_class_path": "x"}])
+    turn = JobFactory(run_at=later, kwargs={ratekeys.TURN: {"at": later.timestamp(), "attempt": 1}})
+    for job, code, text in (
+        (scheduled, "not_due", "Not due yet."),
+        (retry, "not_due", "Attempt 1 failed: it is retried after its backoff."),
+        (turn, "rate_limited", "Its rate key is at its limit"),
+    ):
+        page = _reason_on_page(admin_client, job)
+        assert f'<li data-reason="{code}">{text}' in page, page
+        assert until in page, page
+    queues = {"rated": {"rate": 0.5, "burst": 1}}
+    with override_settings(
+        OUTBOX=settings.OUTBOX | {"QUEUES": queues, "RATE_LIMIT_STORE": "database"}
+    ):
+        rated = JobFactory(queue="rated")
+        assert ratelimits.take("queue:rated", ratelimits.Rate.of(0.5, 1), 1).granted == 1
+        page = _reason_on_page(admin_client, rated)
+        assert '<li data-reason="queue_rate">Its queue &#x27;rated&#x27; is at its rate' in page
+        assert re.search(r"Until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(in [^)]+\)\.", page), page
+
+
+def test_the_jobs_page_shows_every_reason_without_a_time(admin_client) -> None:
+    unserved = JobFactory(queue="nobody")
+    assert '<li data-reason="no_worker">No live worker serves' in _reason_on_page(
+        admin_client, unserved
+    )
+    WorkerFactory(queues=["default", "paused"])
+    assert '<li data-reason="due">Due now' in _reason_on_page(admin_client, JobFactory())
+    paused = JobFactory(queue="paused")
+    QueueState.objects.create(name="paused", paused_at=timezone.now())
+    assert '<li data-reason="queue_paused">' in _reason_on_page(admin_client, paused)
+    run = workflows.chain(workflows.step(double, 1), workflows.step(double)).enqueue()
+    first, second = Job.objects.filter(workflow_id=run.id).order_by("id")
+    page = _reason_on_page(admin_client, second)
+    assert '<li data-reason="upstream">' in page
+    assert f'href="/admin/django_outbox/job/{first.pk}/change/"' in page
+    for n in range(2):
+        in_sequence.enqueue(3, n)
+    failed, held = Job.objects.filter(limit_key="sequence:order-3").order_by("id")
+    Job.objects.filter(pk=failed.pk).update(status=JobStatus.FAILED)
+    LimitKey.objects.filter(key="sequence:order-3").update(held_by=failed.pk)
+    page = _reason_on_page(admin_client, held)
+    assert '<li data-reason="sequence_held">' in page and "retry it or skip it" in page
 
 
 @pytest.mark.django_db(transaction=True)

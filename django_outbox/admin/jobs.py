@@ -185,9 +185,11 @@ class JobAdmin(ReadOnlyAdmin):
             until = ""
             if reason.until is not None:
                 left = max(reason.until - timezone.now(), timedelta(0))
+                # Formatted before format_html, which escapes each argument to a
+                # SafeString first: a format spec of a datetime would then fail.
                 until = format_html(
-                    " Until {:%Y-%m-%d %H:%M:%S} (in {}).",
-                    timezone.localtime(reason.until),
+                    " Until {} (in {}).",
+                    timezone.localtime(reason.until).strftime("%Y-%m-%d %H:%M:%S"),
                     display.duration(left),
                 )
             links = format_html_join(
