@@ -25,7 +25,8 @@ class Reason:
     """One thing holding a job back."""
 
     #: A short code: upstream, key_busy, sequence_held, not_due, rate_limited,
-    #: queue_paused, queue_full, queue_rate, no_worker, due.
+    #: queue_paused, queue_full, queue_rate, no_worker, due; and holds_sequence for the
+    #: failed job holding a sequence (``holding``).
     code: str
     text: str
     #: Until when, where that is known.
@@ -55,6 +56,32 @@ def reasons(job: Job, now: datetime | None = None) -> list[Reason]:
     if not found and job.status == JobStatus.QUEUED:
         found.append(Reason("due", "Due now: a worker takes it at its next claim."))
     return found
+
+
+def holding(job: Job) -> Reason | None:
+    """What a failed job holds back: its sequence, with the later jobs waiting in it, until
+    it is retried or skipped; None for any other job."""
+    if job.status != JobStatus.FAILED or not (job.limit_key or "").startswith(SEQUENCE_PREFIX):
+        return None
+    key = job.limit_key or ""
+    if not LimitKey.objects.filter(key=key, held_by=job.pk).exists():
+        return None
+    later = Job.objects.filter(limit_key=key, status=JobStatus.HELD).order_by("id")
+    ids = tuple(later.values_list("id", flat=True)[:20])
+    return Reason(
+        "holds_sequence",
+        f"It holds its sequence {key.removeprefix(SEQUENCE_PREFIX)!r}: the later jobs of it "
+        "wait until it is retried (it runs again first) or skipped (the sequence goes on "
+        "without it).",
+        job_ids=ids,
+    )
+
+
+def holder(job: Job) -> int | None:
+    """The failed job holding ``job``'s sequence, if one does."""
+    if not (job.limit_key or "").startswith(SEQUENCE_PREFIX):
+        return None
+    return LimitKey.objects.filter(key=job.limit_key).values_list("held_by", flat=True).first()
 
 
 def _upstream(job: Job) -> Reason:

@@ -459,3 +459,20 @@ def test_a_held_jobs_page_says_why_it_waits_with_links(page, live_server, screen
     reasons.locator("a").first.click()
     page.wait_for_url(f"{live_server.url}/admin/django_outbox/job/{first.pk}/change/")
     assert page.locator('input[name="_retry"]').first.is_visible()
+    # The failed job's page says what it holds back, and offers to skip it, on a laptop
+    # and on a phone.
+    held_back = page.locator('[data-reason="holds_sequence"]')
+    assert "It holds its sequence 'order-1042'" in held_back.inner_text()
+    assert page.locator('input[name="_skip"]').first.is_visible()
+    page.screenshot(path=str(screenshots / "job_holds_sequence.png"))
+    page.set_viewport_size({"width": 390, "height": 844})
+    skip = page.locator('input[name="_skip"]').first
+    box = skip.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+    assert held_back.is_visible()
+    page.screenshot(path=str(screenshots / "job_holds_sequence-390.png"), full_page=True)
+    skip.click()
+    page.wait_for_url(f"{live_server.url}/admin/django_outbox/job/{first.pk}/change/")
+    assert "goes on without job #" in page.inner_text(".messagelist")
+    second.refresh_from_db()
+    assert second.status == JobStatus.QUEUED

@@ -89,3 +89,34 @@ def test_enqueue_many_validates_the_task_first():
     with pytest.raises(Exception, match="Queue 'nope' is not one of TASKS"):
         django_outbox.enqueue_many(tasks.noop.using(queue_name="nope"), [((), {})])
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        ("django.core.management.commands.shell", "was defined in manage.py shell"),
+        ("__main__", "was defined in a script run as __main__"),
+        ("reports.gone", "where a worker importing 'reports.gone' would not find it"),
+    ],
+)
+def test_a_task_a_worker_could_not_import_is_refused_at_enqueue(module, says):
+    """As manage.py shell runs what is typed at it: the function is at the top of a module
+    (Django accepts it as a task), but not of one a worker can import it from."""
+    from django_outbox import workflows
+    from django_outbox.compat import InvalidTask, task
+
+    namespace = {"__name__": module, "task": task}
+    exec("@task\ndef greet(name):\n    return name", namespace)
+    greet = namespace["greet"]
+    assert greet.module_path == f"{module}.greet"
+    for enqueue in (
+        lambda: greet.enqueue("Ada"),
+        lambda: django_outbox.enqueue_many(greet, [(("Ada",), {})] * 3),
+        lambda: greet.using(queue_name="default").enqueue("Ada"),
+        lambda: workflows.chain(workflows.step(tasks.add, 1, 2), workflows.step(greet)).enqueue(),
+    ):
+        with pytest.raises(InvalidTask, match=rf"{re.escape(says)}.*myapp/tasks\.py"):
+            enqueue()
+    assert not Job.objects.exists()
+    tasks.add.enqueue(1, 2)  # a task of a module is importable, and enqueued
+    assert Job.objects.count() == 1

@@ -217,3 +217,84 @@ def test_the_skip_action_lets_a_held_sequence_go_on(admin_client) -> None:
     assert "Sequences let go on: 1" in response.content.decode()
     second.refresh_from_db()
     assert second.status == JobStatus.QUEUED
+
+
+def _held_sequence(number: int) -> tuple[Job, Job, Job]:
+    """Three jobs of a sequence, the first failed for good and holding it."""
+    for n in range(3):
+        in_sequence.enqueue(number, n)
+    first, second, third = Job.objects.filter(limit_key=f"sequence:order-{number}").order_by("id")
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.FAILED, finished_at=timezone.now())
+    LimitKey.objects.filter(key=f"sequence:order-{number}").update(held_by=first.pk)
+    first.refresh_from_db()
+    return first, second, third
+
+
+def skip_url(job: Job) -> str:
+    return f"/admin/django_outbox/job/{job.pk}/skip/"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_job_holding_its_sequence_says_so_on_its_page_and_skips_with_a_button(
+    admin_client,
+) -> None:
+    failed, second, third = _held_sequence(4)
+    page = admin_client.get(f"/admin/django_outbox/job/{failed.pk}/change/").content.decode()
+    assert "What it holds back" in page and "Why is it waiting?" not in page
+    assert '<li data-reason="holds_sequence">It holds its sequence &#x27;order-4&#x27;' in page
+    for waiting_job in (second, third):
+        assert f'href="/admin/django_outbox/job/{waiting_job.pk}/change/"' in page
+    assert 'name="_skip" value="Skip"' in page and f'formaction="{skip_url(failed)}"' in page
+    response = admin_client.post(skip_url(failed), follow=True)
+    assert response.redirect_chain == [(f"/admin/django_outbox/job/{failed.pk}/change/", 302)]
+    assert [str(m) for m in response.context["messages"]] == [
+        f"The sequence 'order-4' goes on without job #{failed.pk}."
+    ]
+    second.refresh_from_db()
+    assert second.status == JobStatus.QUEUED  # the next one's turn
+    assert LimitKey.objects.get(key="sequence:order-4").held_by is None
+    page = response.content.decode()
+    assert "What it holds back" not in page and 'name="_skip"' not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_its_sequence_holds_back_skips_the_failed_one_from_its_own_page(
+    admin_client,
+) -> None:
+    failed, second, _third = _held_sequence(5)
+    page = admin_client.get(f"/admin/django_outbox/job/{second.pk}/change/").content.decode()
+    assert 'data-reason="sequence_held"' in page
+    assert f'formaction="{skip_url(second)}"' in page
+    response = admin_client.post(skip_url(second), follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        f"The sequence 'order-5' goes on without job #{failed.pk}."
+    ]
+    second.refresh_from_db()
+    assert second.status == JobStatus.QUEUED
+    failed.refresh_from_db()
+    assert failed.status == JobStatus.FAILED  # skipped, not run again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_skip_button_needs_a_post_and_the_change_permission_and_says_when_it_did_nothing(
+    client, admin_client
+) -> None:
+    from django.contrib.auth.models import Permission, User
+
+    failed, second, _third = _held_sequence(6)
+    assert admin_client.get(skip_url(failed)).status_code == 405
+    viewer = User.objects.create_user("watcher", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+    page = client.get(f"/admin/django_outbox/job/{failed.pk}/change/").content.decode()
+    assert "What it holds back" in page and 'name="_skip"' not in page
+    assert client.post(skip_url(failed)).status_code == 403
+    assert LimitKey.objects.get(key="sequence:order-6").held_by == failed.pk
+    unkeyed = JobFactory()
+    response = admin_client.post(skip_url(unkeyed), follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        f"Job #{unkeyed.pk} was left as it was: no failed job holds its sequence now."
+    ]
+    assert admin_client.post("/admin/django_outbox/job/999999/skip/").status_code == 404
+    second.refresh_from_db()
+    assert second.status == JobStatus.HELD

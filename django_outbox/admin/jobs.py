@@ -1,8 +1,12 @@
-"""The admin for jobs and workers: lists to watch, and retry / cancel / delete actions."""
+"""The admin for jobs, workers and schedules: lists to watch, and retry / cancel / skip /
+delete actions.
+
+One module over 400 lines: the job page's buttons and their views sit beside the list's
+actions they repeat for one job (the same operations, permissions and messages); what the
+page says of a job's reasons is in ``reasons``."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
@@ -22,12 +26,17 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_outbox import schedules, waiting
-from django_outbox.admin import display, lists, overview
+from django_outbox.admin import display, lists, overview, reasons
 from django_outbox.jobs import keys, operations
 from django_outbox.jobs.progress import Progress
 from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Job, JobStatus, ScheduleState, Worker
 from django_outbox.models.jobs import TURN_STATUSES
+from django_outbox.task import SEQUENCE_PREFIX
+
+#: The job page's sections that only some jobs have.
+WHY_WAITING = "Why is it waiting?"
+HOLDS_SEQUENCE = "What it holds back"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -83,9 +92,11 @@ class JobAdmin(ReadOnlyAdmin):
         "shown_progress",
         "workflow",
         "why_waiting",
+        "holds_sequence",
     ]
     fieldsets = [
-        ("Why is it waiting?", {"fields": ["why_waiting"]}),
+        (WHY_WAITING, {"fields": ["why_waiting"]}),
+        (HOLDS_SEQUENCE, {"fields": ["holds_sequence"]}),
         (
             None,
             {
@@ -177,47 +188,22 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.display(description="reasons")
     def why_waiting(self, job: Job) -> SafeString | str:
         """What holds a job that has not started back (django_outbox/waiting.py)."""
-        found = waiting.reasons(job)
-        if not found:
-            return display.NOTHING
-        items = []
-        for reason in found:
-            until = ""
-            if reason.until is not None:
-                left = max(reason.until - timezone.now(), timedelta(0))
-                # Formatted before format_html, which escapes each argument to a
-                # SafeString first: a format spec of a datetime would then fail.
-                until = format_html(
-                    " Until {} (in {}).",
-                    timezone.localtime(reason.until).strftime("%Y-%m-%d %H:%M:%S"),
-                    display.duration(left),
-                )
-            links = format_html_join(
-                ", ",
-                '<a href="{}">#{}</a>',
-                (
-                    (reverse("admin:django_outbox_job_change", args=[pk]), pk)
-                    for pk in reason.job_ids
-                ),
-            )
-            items.append(
-                format_html(
-                    '<li data-reason="{}">{}{}{}</li>',
-                    reason.code,
-                    reason.text,
-                    until,
-                    format_html(" Held by {}.", links) if reason.job_ids else "",
-                )
-            )
-        return format_html(
-            '<ul class="outbox-reasons">{}</ul>', format_html_join("", "{}", ((i,) for i in items))
-        )
+        return reasons.reasons_list(waiting.reasons(job))
+
+    @admin.display(description="held back")
+    def holds_sequence(self, job: Job) -> SafeString | str:
+        """What a failed job holds back: its sequence (django_outbox/waiting.py)."""
+        found = waiting.holding(job)
+        return reasons.reasons_list([found] if found is not None else [])
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        """The reasons it waits only on a job that has not started."""
+        """The reasons it waits only on a job that has not started; what it holds back
+        only on a failed job holding its sequence."""
         fieldsets = super().get_fieldsets(request, obj)
         if obj is None or obj.status not in waiting.NOT_STARTED:
-            fieldsets = [fieldset for fieldset in fieldsets if fieldset[0] != "Why is it waiting?"]
+            fieldsets = [fieldset for fieldset in fieldsets if fieldset[0] != WHY_WAITING]
+        if obj is None or waiting.holding(obj) is None:
+            fieldsets = [fieldset for fieldset in fieldsets if fieldset[0] != HOLDS_SEQUENCE]
         return fieldsets
 
     @admin.display(description="progress")
@@ -296,8 +282,13 @@ class JobAdmin(ReadOnlyAdmin):
             self.admin_site.admin_view(self.retry_view),
             name="{}_{}_retry".format(*info),
         )
-        # Before the admin's own: its "<path:object_id>/" would take this URL too.
-        return [retry, *super().get_urls()]
+        skip = path(
+            "<path:object_id>/skip/",
+            self.admin_site.admin_view(self.skip_view),
+            name="{}_{}_skip".format(*info),
+        )
+        # Before the admin's own: its "<path:object_id>/" would take these URLs too.
+        return [retry, skip, *super().get_urls()]
 
     def retry_offered(self, request: HttpRequest, job: Job) -> bool:
         """The page's "Retry now" button: for a failed or cancelled job, or one queued for
@@ -321,7 +312,40 @@ class JobAdmin(ReadOnlyAdmin):
                 f"{self.admin_site.name}:django_outbox_job_retry", args=[quote(obj.pk)]
             )
             context["retry_label"] = "Run now" if obj.status == JobStatus.QUEUED else "Retry now"
+        if obj is not None and self.has_act_permission(request) and reasons.sequence_holder(obj):
+            context["skip_url"] = reverse(
+                f"{self.admin_site.name}:django_outbox_job_skip", args=[quote(obj.pk)]
+            )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def skip_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The "Skip" button, on a failed job holding its sequence and on a job its
+        sequence holds back: the sequence goes on without the failed job (the "Skip"
+        action, for that one job)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_act_permission(request):
+            raise PermissionDenied
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job with the id {object_id!r}.")
+        held_by = reasons.sequence_holder(job)
+        if held_by is not None and operations.skip(Job.objects.filter(pk=held_by)).done:
+            sequence = (job.limit_key or "").removeprefix(SEQUENCE_PREFIX)
+            self.message_user(
+                request,
+                f"The sequence {sequence!r} goes on without job #{held_by}.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(
+                request,
+                f"Job #{job.pk} was left as it was: no failed job holds its sequence now.",
+                messages.WARNING,
+            )
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:django_outbox_job_change", args=[quote(job.pk)])
+        )
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The button on a job's page: POST only (the admin's views check its CSRF

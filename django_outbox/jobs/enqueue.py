@@ -12,8 +12,10 @@ is adapted once, each job's arguments are encoded once (``db.inserts.insert_alik
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -26,7 +28,7 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 
 from django_outbox import conf, telemetry
-from django_outbox.compat import Task, TaskResult, normalize_json, task_enqueued
+from django_outbox.compat import InvalidTask, Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
 from django_outbox.db.inserts import insert_alike
 from django_outbox.exceptions import InvalidTaskArguments
@@ -172,8 +174,36 @@ def build_jobs(
     return jobs
 
 
+def importable(task: Task) -> None:
+    """InvalidTask unless a worker can import ``task`` by its path, as it will to run it.
+    Django refuses a nested function when the task is defined; a function defined in
+    ``manage.py shell`` or in a script run as ``__main__`` is at the top of a module that
+    no worker has, and would fail every attempt with TaskNotFound."""
+    module_name, _, name = task.module_path.rpartition(".")
+    module = None if module_name == "__main__" else sys.modules.get(module_name)
+    if module is None and module_name != "__main__":
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            module = None
+    found = getattr(module, name, None)
+    if getattr(found, "func", None) is task.func:
+        return
+    where = {
+        "__main__": "in a script run as __main__",
+        "django.core.management.commands.shell": "in manage.py shell",
+        "None": "at an interactive prompt",
+    }.get(module_name, f"where a worker importing {module_name!r} would not find it")
+    raise InvalidTask(
+        f"Task {task.module_path!r} was defined {where}: a worker imports a task by its "
+        "module path, so define it in a module of your project (e.g. myapp/tasks.py) and "
+        "import it from there."
+    )
+
+
 def _template(task: Task, now: datetime) -> Job:
     """A job of ``task`` with its options and the settings' defaults, and no arguments."""
+    importable(task)
     settings = conf.get()
     options = task if isinstance(task, OutboxTask) else None
     return Job(
