@@ -15,6 +15,8 @@ E007  OUTBOX["RETENTION"] is invalid (not None nor a dict, an unknown key, a wro
 E008  OUTBOX["HEALTH"] is invalid (not a dict, an unknown key, a wrong value)
 E009  a TASKS alias's OPTIONS["DATABASE"] is not in DATABASES, or is set while
       django_outbox.routers.JobsRouter is not in DATABASE_ROUTERS
+E010  no TASKS alias has django_outbox's backend (TASKS missing: Django's default runs
+      tasks in the request, and django_outbox's task options fail with a TypeError)
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
@@ -22,6 +24,8 @@ W004  WAKE "auto" on a database server without LISTEN/NOTIFY (MariaDB, MySQL) an
       Redis: idle workers poll
 W005  a MariaDB/MySQL database whose isolation level is not READ COMMITTED
 W006  a MariaDB/MySQL database whose sql_mode is not strict (values cut silently)
+W007  TASKS["default"] is another backend while an alias has django_outbox's: a task
+      without backend= goes to the other one
 
 The settings' ids (E001, E004's "not a dict", E005 to E008) are declared with their groups in
 ``django_outbox.conf``, which says which problem is whose.
@@ -162,6 +166,63 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         )
     return messages
+
+
+#: What TASKS names django_outbox's backend by (or a subclass of it).
+OUR_BACKEND = "django_outbox.backend.OutboxBackend"
+TASKS_EXAMPLE = (
+    'TASKS = {"default": {"BACKEND": "django_outbox.backend.OutboxBackend", "QUEUES": ["default"]}}'
+)
+
+
+def _is_ours(path: Any) -> bool:
+    """Whether the BACKEND ``path`` is django_outbox's backend or a subclass of it, found
+    by name: this module is imported by the backend, not the other way round."""
+    if path == OUR_BACKEND:
+        return True
+    from django.utils.module_loading import import_string
+
+    try:
+        backend = import_string(path)
+    except (ImportError, TypeError, ValueError):
+        return False  # Django's own check of the backends says so
+    mro = getattr(backend, "__mro__", ())
+    return any(f"{cls.__module__}.{cls.__qualname__}" == OUR_BACKEND for cls in mro)
+
+
+@checks.register()
+def check_backends(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    tasks = getattr(settings, "TASKS", None)
+    aliases = tasks if isinstance(tasks, dict) else {}
+    ours = [
+        alias
+        for alias, params in aliases.items()
+        if isinstance(params, dict) and _is_ours(params.get("BACKEND"))
+    ]
+    if not ours:
+        default = aliases.get("default", {}) if isinstance(aliases.get("default"), dict) else {}
+        found = default.get("BACKEND") or "Django's default, the ImmediateBackend"
+        return [
+            checks.Error(
+                f"django_outbox is installed, but no TASKS backend is django_outbox's "
+                f"(TASKS['default'] is {found}): tasks would not be enqueued in your "
+                "database, and task options of django_outbox's (max_attempts, timeout, "
+                "unique_key …) fail with a TypeError.",
+                hint=f"Add to your settings: {TASKS_EXAMPLE}, with the queues your workers serve.",
+                id="django_outbox.E010",
+            )
+        ]
+    if "default" in aliases and "default" not in ours:
+        return [
+            checks.Warning(
+                f"TASKS['default'] is {aliases['default'].get('BACKEND')!r}, not "
+                f"django_outbox's (TASKS{ours!r} are): a @task without backend= is enqueued "
+                "there, and django_outbox's task options on it fail with a TypeError.",
+                hint=f"Give such tasks backend={ours[0]!r}, or make 'default' django_outbox's.",
+                id="django_outbox.W007",
+            )
+        ]
+    return []
 
 
 @checks.register()

@@ -325,3 +325,33 @@ def test_the_docs_name_every_setting_and_every_check_id():
         # The checks module's docstring and the settings page's table of ids list each.
         assert f"\n{check_id.removeprefix('django_outbox.')}  " in checks_module.__doc__
         assert f"\n| `{check_id}` | `{where}`" in settings_page, check_id
+
+
+def backend_messages() -> list[checks.CheckMessage]:
+    return [m for m in checks_module.check_backends() if m.id.startswith("django_outbox.")]
+
+
+def test_no_tasks_backend_of_ours_is_an_error_that_says_what_to_add():
+    assert backend_messages() == []  # the test settings' TASKS
+    immediate = {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}
+    for tasks in ({"default": immediate}, {}):
+        with override_settings(TASKS=tasks):
+            (error,) = backend_messages()
+            assert error.id == "django_outbox.E010"
+            assert "no TASKS backend is django_outbox's" in error.msg
+            assert "max_attempts" in error.msg and "TypeError" in error.msg
+            assert '"BACKEND": "django_outbox.backend.OutboxBackend"' in error.hint
+
+
+def test_a_default_backend_of_another_kind_beside_ours_is_warned_about():
+    ours = {"BACKEND": "django_outbox.backend.OutboxBackend", "QUEUES": ["default"]}
+    dummy = {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}
+    with override_settings(TASKS={"default": dummy, "jobs": ours}):
+        (warning,) = backend_messages()
+        assert warning.id == "django_outbox.W007"
+        assert "TASKS['default'] is 'django.tasks.backends.dummy.DummyBackend'" in warning.msg
+        assert "backend='jobs'" in warning.hint
+    # A subclass of ours is ours.
+    sub = {"BACKEND": "tests.backends.SubclassedBackend", "QUEUES": ["default"]}
+    with override_settings(TASKS={"default": sub}):
+        assert backend_messages() == []
