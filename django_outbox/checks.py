@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core import checks
+from django.utils.module_loading import import_string
 
 from django_outbox import conf
 
@@ -180,8 +181,6 @@ def _is_ours(path: Any) -> bool:
     by name: this module is imported by the backend, not the other way round."""
     if path == OUR_BACKEND:
         return True
-    from django.utils.module_loading import import_string
-
     try:
         backend = import_string(path)
     except (ImportError, TypeError, ValueError):
@@ -200,8 +199,10 @@ def check_backends(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         if isinstance(params, dict) and _is_ours(params.get("BACKEND"))
     ]
     if not ours:
-        default = aliases.get("default", {}) if isinstance(aliases.get("default"), dict) else {}
-        found = default.get("BACKEND") or "Django's default, the ImmediateBackend"
+        default = aliases.get("default")
+        found = (isinstance(default, dict) and default.get("BACKEND")) or (
+            "Django's default, the ImmediateBackend"
+        )
         return [
             checks.Error(
                 f"django_outbox is installed, but no TASKS backend is django_outbox's "

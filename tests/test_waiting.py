@@ -230,6 +230,10 @@ def _held_sequence(number: int) -> tuple[Job, Job, Job]:
     return first, second, third
 
 
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
 def skip_url(job: Job) -> str:
     return f"/admin/django_outbox/job/{job.pk}/skip/"
 
@@ -247,9 +251,7 @@ def test_a_failed_job_holding_its_sequence_says_so_on_its_page_and_skips_with_a_
     assert 'name="_skip" value="Skip"' in page and f'formaction="{skip_url(failed)}"' in page
     response = admin_client.post(skip_url(failed), follow=True)
     assert response.redirect_chain == [(f"/admin/django_outbox/job/{failed.pk}/change/", 302)]
-    assert [str(m) for m in response.context["messages"]] == [
-        f"The sequence 'order-4' goes on without job #{failed.pk}."
-    ]
+    assert messages_of(response) == [f"The sequence 'order-4' goes on without job #{failed.pk}."]
     second.refresh_from_db()
     assert second.status == JobStatus.QUEUED  # the next one's turn
     assert LimitKey.objects.get(key="sequence:order-4").held_by is None
@@ -266,9 +268,7 @@ def test_a_job_its_sequence_holds_back_skips_the_failed_one_from_its_own_page(
     assert 'data-reason="sequence_held"' in page
     assert f'formaction="{skip_url(second)}"' in page
     response = admin_client.post(skip_url(second), follow=True)
-    assert [str(m) for m in response.context["messages"]] == [
-        f"The sequence 'order-5' goes on without job #{failed.pk}."
-    ]
+    assert messages_of(response) == [f"The sequence 'order-5' goes on without job #{failed.pk}."]
     second.refresh_from_db()
     assert second.status == JobStatus.QUEUED
     failed.refresh_from_db()
@@ -292,7 +292,7 @@ def test_the_skip_button_needs_a_post_and_the_change_permission_and_says_when_it
     assert LimitKey.objects.get(key="sequence:order-6").held_by == failed.pk
     unkeyed = JobFactory()
     response = admin_client.post(skip_url(unkeyed), follow=True)
-    assert [str(m) for m in response.context["messages"]] == [
+    assert messages_of(response) == [
         f"Job #{unkeyed.pk} was left as it was: no failed job holds its sequence now."
     ]
     assert admin_client.post("/admin/django_outbox/job/999999/skip/").status_code == 404

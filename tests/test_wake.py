@@ -140,102 +140,107 @@ def test_a_delayed_job_is_woken_at_its_due_time_not_before(start_worker, mode):
     assert worker.wait() == 0
 
 
-@pytest.mark.django_db(transaction=True)
-def test_signals_go_only_on_commit_and_once_per_queue_for_a_bulk_enqueue():
+@pytest.fixture
+def recording():
+    """The default database's signals, recorded instead of sent."""
     recording = Recording()
     notify.reset()  # the sender in use stops, with its connection, before it is replaced
     notify._coalescers["default"] = Coalescer(recording)
     try:
-        with pytest.raises(RuntimeError), transaction.atomic():
-            tasks.noop.enqueue()
-            raise RuntimeError("rolled back")
-        assert recording.sent == []
-        with transaction.atomic():
-            django_outbox.enqueue_many(tasks.noop, [((), {})] * 300)
-            django_outbox.enqueue_many(tasks.email, [(("a@b.c",), {})] * 300)
-            assert recording.sent == []  # not before the commit
-        # One signal for the transaction, for both of its queues.
-        assert [sorted(queues) for _at, queues in recording.sent] == [["default", "emails"]]
+        yield recording
     finally:
         notify.reset()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_transaction_signals_each_queue_once_and_a_rolled_back_savepoint_drops_no_other():
-    recording = Recording()
-    notify.reset()
-    notify._coalescers["default"] = Coalescer(recording)
+def test_signals_go_only_on_commit_and_once_per_queue_for_a_bulk_enqueue(recording):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.noop.enqueue()
+        raise RuntimeError("rolled back")
+    assert recording.sent == []
+    with transaction.atomic():
+        django_outbox.enqueue_many(tasks.noop, [((), {})] * 300)
+        django_outbox.enqueue_many(tasks.email, [(("a@b.c",), {})] * 300)
+        assert recording.sent == []  # not before the commit
+    # One signal for the transaction, for both of its queues.
+    assert [sorted(queues) for _at, queues in recording.sent] == [["default", "emails"]]
 
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_signals_each_queue_once_and_a_rolled_back_savepoint_drops_no_other(
+    recording,
+):
     def signalled() -> list[list[str]]:
         sent = [sorted(queues) for _at, queues in recording.sent]
         recording.sent.clear()
         return sent
 
-    try:
-        soon = timezone.now() + timedelta(minutes=1)
-        with transaction.atomic():  # a view's loop of enqueues
-            tasks.noop.using(run_after=soon).enqueue()
-            for _ in range(100):
-                tasks.noop.enqueue()
-                tasks.email.enqueue("a@b.c")
-        ((_at, queues),) = recording.sent
-        assert sorted(queues) == ["default", "emails"]
-        assert queues["default"] < soon.timestamp() - 30  # the earliest job's due time
-        recording.sent.clear()
-
-        with transaction.atomic():
-            with pytest.raises(RuntimeError), transaction.atomic():
-                tasks.noop.enqueue()
-                raise RuntimeError("this savepoint rolls back")
-            tasks.email.enqueue("a@b.c")
-        assert signalled() == [["emails"]]
-
-        with transaction.atomic():
-            with transaction.atomic():  # released: its job commits with the transaction
-                tasks.noop.enqueue()
-            with pytest.raises(RuntimeError), transaction.atomic():
-                tasks.email.enqueue("a@b.c")
-                raise RuntimeError("this one rolls back")
+    soon = timezone.now() + timedelta(minutes=1)
+    with transaction.atomic():  # a view's loop of enqueues
+        tasks.noop.using(run_after=soon).enqueue()
+        for _ in range(100):
             tasks.noop.enqueue()
-        (sent,) = signalled()
-        assert "default" in sent  # (a signal for the rolled-back email costs an empty claim)
+            tasks.email.enqueue("a@b.c")
+    ((_at, queues),) = recording.sent
+    assert sorted(queues) == ["default", "emails"]
+    assert queues["default"] < soon.timestamp() - 30  # the earliest job's due time
+    recording.sent.clear()
 
+    with transaction.atomic():
         with pytest.raises(RuntimeError), transaction.atomic():
-            for _ in range(10):
-                tasks.noop.enqueue()
-            raise RuntimeError("all of it rolls back")
-        assert signalled() == []
-        assert Job.objects.filter(queue="default").count() == 1 + 100 + 2
-    finally:
-        notify.reset()
+            tasks.noop.enqueue()
+            raise RuntimeError("this savepoint rolls back")
+        tasks.email.enqueue("a@b.c")
+    assert signalled() == [["emails"]]
+
+    with transaction.atomic():
+        with transaction.atomic():  # released: its job commits with the transaction
+            tasks.noop.enqueue()
+        with pytest.raises(RuntimeError), transaction.atomic():
+            tasks.email.enqueue("a@b.c")
+            raise RuntimeError("this one rolls back")
+        tasks.noop.enqueue()
+    (sent,) = signalled()
+    assert "default" in sent  # (a signal for the rolled-back email costs an empty claim)
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        for _ in range(10):
+            tasks.noop.enqueue()
+        raise RuntimeError("all of it rolls back")
+    assert signalled() == []
+    assert Job.objects.filter(queue="default").count() == 1 + 100 + 2
+
+
+def heard_by_a_listener(enqueue) -> list[str]:
+    """The queues a PostgreSQL listener of "default" and "emails" hears of, one entry per
+    notification, while ``enqueue()`` runs and for half a second after."""
+    require("postgres")
+    with psycopg.connect(**listener_params("default")) as listener:
+        for queue in ("default", "emails"):
+            listener.execute(f'LISTEN "{channel_for(queue)}"')
+        enqueue()
+        notes = list(listener.notifies(timeout=0.5))
+    return sorted(read_payload(n.payload, {"default", "emails"})[0] for n in notes)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_postgres_hears_one_notification_per_queue_for_a_transactions_many_enqueues():
-    require("postgres")
-    with psycopg.connect(**listener_params("default")) as listener:
-        for queue in ("default", "emails"):
-            listener.execute(f'LISTEN "{channel_for(queue)}"')
+    def many() -> None:
         with transaction.atomic():
             for _ in range(50):
                 tasks.noop.enqueue()
                 tasks.email.enqueue("x@y.z")
-        notes = list(listener.notifies(timeout=0.5))
-        queues = sorted(read_payload(n.payload, {"default", "emails"})[0] for n in notes)
-        assert queues == ["default", "emails"]
+
+    assert heard_by_a_listener(many) == ["default", "emails"]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_postgres_delivers_the_signals_to_a_listener():
-    require("postgres")
-    with psycopg.connect(**listener_params("default")) as listener:
-        for queue in ("default", "emails"):
-            listener.execute(f'LISTEN "{channel_for(queue)}"')
+    def two_commits() -> None:
         django_outbox.enqueue_many(tasks.noop, [((), {})] * 3)
         tasks.email.enqueue("x@y.z")
-        notes = list(listener.notifies(timeout=0.5))
-        queues = sorted(read_payload(n.payload, {"default", "emails"})[0] for n in notes)
-        assert queues == ["default", "emails"]
+
+    assert heard_by_a_listener(two_commits) == ["default", "emails"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -318,17 +318,28 @@ class JobAdmin(ReadOnlyAdmin):
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
+    def _button_job(self, request: HttpRequest, object_id: str) -> Job:
+        """The job a button of its page posts about, for a user the actions allow to change
+        jobs (the admin's views check the page's CSRF token)."""
+        if not self.has_act_permission(request):
+            raise PermissionDenied
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job with the id {object_id!r}.")
+        return job
+
+    def _back_to(self, job: Job) -> HttpResponse:
+        return HttpResponseRedirect(
+            reverse(f"{self.admin_site.name}:django_outbox_job_change", args=[quote(job.pk)])
+        )
+
     def skip_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The "Skip" button, on a failed job holding its sequence and on a job its
         sequence holds back: the sequence goes on without the failed job (the "Skip"
         action, for that one job)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if not self.has_act_permission(request):
-            raise PermissionDenied
-        job = self.get_object(request, unquote(object_id))
-        if job is None:
-            raise Http404(f"No job with the id {object_id!r}.")
+        job = self._button_job(request, object_id)
         held_by = reasons.sequence_holder(job)
         if held_by is not None and operations.skip(Job.objects.filter(pk=held_by)).done:
             sequence = (job.limit_key or "").removeprefix(SEQUENCE_PREFIX)
@@ -343,20 +354,14 @@ class JobAdmin(ReadOnlyAdmin):
                 f"Job #{job.pk} was left as it was: no failed job holds its sequence now.",
                 messages.WARNING,
             )
-        return HttpResponseRedirect(
-            reverse(f"{self.admin_site.name}:django_outbox_job_change", args=[quote(job.pk)])
-        )
+        return self._back_to(job)
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The button on a job's page: POST only (the admin's views check its CSRF
         token), the permission the "Retry now" action asks for, the same operation."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if not self.has_act_permission(request):
-            raise PermissionDenied
-        job = self.get_object(request, unquote(object_id))
-        if job is None:
-            raise Http404(f"No job with the id {object_id!r}.")
+        job = self._button_job(request, object_id)
         changed = operations.retry_now(Job.objects.filter(pk=job.pk))
         job.refresh_from_db()
         if changed.done:
@@ -379,9 +384,7 @@ class JobAdmin(ReadOnlyAdmin):
                 f"Job #{job.pk} was left as it was: it is {job.status} now.",
                 messages.WARNING,
             )
-        return HttpResponseRedirect(
-            reverse(f"{self.admin_site.name}:django_outbox_job_change", args=[quote(job.pk)])
-        )
+        return self._back_to(job)
 
     @admin.action(description="Retry now (queued, failed or cancelled jobs)", permissions=["act"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -12,10 +12,8 @@ is adapted once, each job's arguments are encoded once (``db.inserts.insert_alik
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,11 +29,11 @@ from django_outbox import conf, telemetry
 from django_outbox.compat import InvalidTask, Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
 from django_outbox.db.inserts import insert_alike
-from django_outbox.exceptions import InvalidTaskArguments
+from django_outbox.exceptions import InvalidTaskArguments, TaskNotFound
 from django_outbox.jobs import dedup, keys
 from django_outbox.jobs.jsonvalues import json_text
 from django_outbox.jobs.observers import heard
-from django_outbox.jobs.results import build_result, to_task_result
+from django_outbox.jobs.results import build_result, resolve_task, to_task_result
 from django_outbox.lib.collector import collector_paused
 from django_outbox.lib.resultids import TOKEN_MAX, new_token, new_tokens
 from django_outbox.models import Job, JobStatus
@@ -179,15 +177,13 @@ def importable(task: Task) -> None:
     Django refuses a nested function when the task is defined; a function defined in
     ``manage.py shell`` or in a script run as ``__main__`` is at the top of a module that
     no worker has, and would fail every attempt with TaskNotFound."""
-    module_name, _, name = task.module_path.rpartition(".")
-    module = None if module_name == "__main__" else sys.modules.get(module_name)
-    if module is None and module_name != "__main__":
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            module = None
-    found = getattr(module, name, None)
-    if getattr(found, "func", None) is task.func:
+    module_name = task.module_path.rpartition(".")[0]
+    try:
+        # A script's __main__ is not the worker's: its tasks are never found there.
+        found = None if module_name == "__main__" else resolve_task(task.module_path)
+    except TaskNotFound:
+        found = None
+    if found is not None and found.func is task.func:
         return
     where = {
         "__main__": "in a script run as __main__",

@@ -104,6 +104,7 @@ def notify_on_commit(due: Iterable[tuple[str, datetime]], using: str) -> None:
     if not earliest:
         return
     connection = connections[using]
+    # Django's list of (savepoint ids, callable, robust) that transaction.on_commit() fills.
     hooks = connection.run_on_commit
     if connection.in_atomic_block and hooks and isinstance(hooks[-1][1], SignalOnCommit):
         # Joined to the signal this transaction registered last. Django drops a hook when a
