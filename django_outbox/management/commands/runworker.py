@@ -13,10 +13,12 @@ from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.db import dialect
 from django_outbox.db.routing import serving
 from django_outbox.migrated import require_migrated
-from django_outbox.models import Job
+from django_outbox.models import Attempt, Job
 from django_outbox.worker import console
 from django_outbox.worker.loop import MAX_BATCH_SIZE
 from django_outbox.worker.process import WorkerOptions, run
+from django_outbox.worker.startup import DatabaseUnusable, wait_for_databases
+from django_outbox.worker.supervisor import CANNOT_CLAIM_STATUS
 
 
 def whole_number(text: str, minimum: int) -> int:
@@ -64,6 +66,10 @@ def queue_list(text: str) -> list[str]:
 
 class Command(BaseCommand):
     help = "Run django_outbox workers: claim due jobs, run them, record what happened."
+    # The system checks ask the database (its server's version, its features): they run
+    # once it answers, in _handle, not before a worker started beside a database that is
+    # still starting could wait for it.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -98,6 +104,7 @@ class Command(BaseCommand):
             default=30.0,
             help="Seconds running jobs get to finish after SIGTERM or SIGINT (default 30).",
         )
+        parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Everything below reads and writes the database of the alias served.
@@ -105,12 +112,23 @@ class Command(BaseCommand):
             self._handle(**options)
 
     def _handle(self, **options: Any) -> None:
+        console.attach(options["verbosity"])
+        try:
+            wait_for_databases(
+                [router.db_for_write(model) for model in (Job, Attempt)], options["burst"]
+            )
+        except DatabaseUnusable as exc:
+            if exc.permanent:
+                raise CommandError(f"runworker: {exc}") from None
+            self.stderr.write(f"runworker --burst: {exc}")
+            raise SystemExit(CANNOT_CLAIM_STATUS) from None
+        if not options["skip_checks"]:
+            self.check()
         require_migrated("python manage.py runworker")
         try:
             dialect(router.db_for_write(Job))
         except NotSupportedError as exc:
             raise CommandError(str(exc)) from exc
-        console.attach(options["verbosity"])
         try:
             backend = task_backends[options["backend"]]
         except InvalidTaskBackend as exc:
