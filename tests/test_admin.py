@@ -4,6 +4,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection
+from django.db.models import Count
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -243,6 +244,55 @@ def test_the_dashboard_counts_match_the_database(admin_client):
     assert "From the latest 2 jobs finished in the last hour." in page
     partial = admin_client.get("/admin/django_outbox/dashboard/?partial=1").content.decode()
     assert 'data-queue="default"' in partial and "<html" not in partial
+
+
+def test_the_dashboards_failures_are_failed_jobs_and_its_counts_those_of_the_last_day(
+    admin_client,
+):
+    now = timezone.now()
+    failed_job("KeyError: 'recent'", queue="reports")
+    older = failed_job("KeyError: 'yesterday'", queue="reports")
+    Job.objects.filter(pk=older.pk).update(finished_at=now - timedelta(hours=25))
+    cancelled = failed_job("KeyError: 'cancelled'", queue="reports")
+    Job.objects.filter(pk=cancelled.pk).update(status=JobStatus.CANCELLED)
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    reports = page.split('data-queue="reports"')[1].split("</tr>")[0]
+    assert 'failed">1<' in reports
+    assert "KeyError: &#x27;recent&#x27;" in page  # the latest failures, of any day
+    assert "KeyError: &#x27;yesterday&#x27;" in page
+    assert "cancelled&#x27;" not in page
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB's and MySQL's generated column")
+@pytest.mark.django_db(transaction=True)  # ANALYZE TABLE commits
+def test_the_dashboards_failures_are_read_through_the_index_of_failed_rows():
+    """MariaDB has no partial index: the one of failed rows is on a generated column, which
+    a claim or a completion never changes (migration 0018). A query by ``status`` and
+    ``finished_at`` would read every failed row ever kept, or every finished one."""
+    from django_outbox.admin.overview import failed_at, failed_jobs
+
+    now = timezone.now()
+    Job.objects.bulk_create(
+        [Job(task_path="tests.tasks.add", status=JobStatus.SUCCEEDED, finished_at=now)] * 2000
+        + [Job(task_path="tests.tasks.add", status=JobStatus.FAILED, finished_at=now)] * 300
+    )
+    Job.objects.filter(status=JobStatus.FAILED).update(finished_at=now - timedelta(days=2))
+    for _ in range(3):
+        failed_job()
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE TABLE {Job._meta.db_table}")
+    since = now - timedelta(hours=24)
+    for query in (
+        failed_jobs().order_by(failed_at().desc())[:20],
+        failed_jobs(since=since).values("queue").annotate(total=Count("id")),
+    ):
+        sql, params = query.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            columns = [column[0] for column in cursor.description]
+            (step,) = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        assert step["key"] == "outbox_job_failed", step
+    assert failed_jobs(since=since).count() == 3
 
 
 def test_the_dashboard_shows_each_endpoints_health(admin_client, receiver, webhook_worker):

@@ -38,6 +38,16 @@ class Dialect(ABC):
     #: active (waiting, held, queued, running) row only, which its unique index covers
     #: (migration 0010). A comparison with ``dedup_key`` there reads every row.
     active_dedup_column: str = "dedup_key"
+    #: The column a query for failed jobs orders and bounds by: ``finished_at`` under the
+    #: partial index of failed rows; on a database with no partial index (MariaDB,
+    #: MySQL), the generated column that holds a failed row's ``finished_at`` only, which
+    #: its index covers (migration 0018), so that no other status change rewrites it.
+    failed_finished_column: str = "finished_at"
+    #: The column a query for a limit key's jobs by status names (jobs/keys.py): ``status``
+    #: under the partial index of keyed rows; where there is none (MariaDB, MySQL), the
+    #: generated column that holds a keyed row's status only (migration 0018), so that a
+    #: job without a key keeps one entry in that index, which no status change rewrites.
+    keyed_status_column: str = "status"
 
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"

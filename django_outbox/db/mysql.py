@@ -30,6 +30,8 @@ class MariaDB(Dialect):
     listen_notify = False
     server_clock = True
     active_dedup_column = "dedup_active"
+    failed_finished_column = "failed_at"
+    keyed_status_column = "limit_status"
 
     def deadlock(self, exc: BaseException) -> bool:
         return bool(exc.args) and exc.args[0] == DEADLOCK

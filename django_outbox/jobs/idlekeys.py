@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 
 from django.db import router, transaction
 from django.db.models import Exists, OuterRef
+from django.db.models.lookups import In
 from django.utils import timezone
 
+from django_outbox.jobs.keys import keyed_status
 from django_outbox.models import Job, LimitKey
 from django_outbox.models.jobs import ACTIVE_STATUSES
 
@@ -39,7 +41,8 @@ def forget_idle(now: datetime | None = None, idle_seconds: float = IDLE_KEY_SECO
     before = now - timedelta(seconds=idle_seconds)
     forgotten = examined = 0
     after = ""
-    in_use = Job.objects.filter(limit_key=OuterRef("key"), status__in=ACTIVE_STATUSES)
+    active = In(keyed_status(using), ACTIVE_STATUSES)
+    in_use = Job.objects.filter(active, limit_key=OuterRef("key"))
     while examined < FORGET_MOST:
         with transaction.atomic(using=using):
             candidates = list(
@@ -55,7 +58,7 @@ def forget_idle(now: datetime | None = None, idle_seconds: float = IDLE_KEY_SECO
             # Again, now that the rows are locked: a job may have come in between.
             used = set(
                 Job.objects.using(using)
-                .filter(limit_key__in=candidates, status__in=ACTIVE_STATUSES)
+                .filter(active, limit_key__in=candidates)
                 .values_list("limit_key", flat=True)
                 .distinct()
             )

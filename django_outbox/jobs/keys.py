@@ -36,8 +36,10 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import connections, router, transaction
-from django.db.models import Count, Exists, F, OuterRef, Subquery
+from django.db.models import CharField, Count, Exists, F, OuterRef, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import Exact, In
 from django.utils import timezone
 
 from django_outbox.db import dialect, named
@@ -184,12 +186,13 @@ def _free_turns(using: str, rows: dict[str, tuple[int, int | None]]) -> dict[str
     connection = connections[using]
     where, params = among_texts(using, "limit_key", open_keys)
     statuses = ", ".join(f"'{status.value}'" for status in TURN_STATUSES)
+    status = dialect(using).keyed_status_column
     with connection.cursor() as cursor:
         cursor.execute(
             named(
                 "key-turns",
                 f"SELECT limit_key, COUNT(*) FROM {connection.ops.quote_name(Job._meta.db_table)} "
-                f"WHERE {where} AND status IN ({statuses}) GROUP BY limit_key",
+                f"WHERE {where} AND {status} IN ({statuses}) GROUP BY limit_key",
             ),
             params,
         )
@@ -295,7 +298,7 @@ def _oldest_held(using: str, free: dict[str, int]) -> list[tuple[int, str, datet
         return []
     connection = connections[using]
     table = connection.ops.quote_name(Job._meta.db_table)
-    held = f"status = '{JobStatus.HELD.value}'"
+    held = f"{dialect(using).keyed_status_column} = '{JobStatus.HELD.value}'"
     statements: list[tuple[str, list[Any]]] = []
     # The oldest held job of each key with one turn free (most keys, most of the time):
     # one statement reading one index entry per key. A UNION of 500 branches took MariaDB
@@ -380,6 +383,14 @@ def let_go(using: str, job_ids: Iterable[int], now: datetime) -> int:
         return admit(using, [row.key for row in rows], now)
 
 
+def keyed_status(using: str) -> RawSQL:
+    """A keyed job's status in the terms of the index of limit keys, for a filter. That is
+    ``status``, but on MariaDB and MySQL, which have no partial index, the generated column
+    holding the status of keyed rows only (migration 0018): a query naming ``status`` would
+    read each of the key's jobs ever kept."""
+    return RawSQL(dialect(using).keyed_status_column, (), output_field=CharField())
+
+
 def sweep(now: datetime | None = None) -> int:
     """Queue the held jobs of keys that have a free turn nobody gave them: a safety net
     for turns freed outside the engine (a queued job's row deleted by hand). Reads each
@@ -389,9 +400,10 @@ def sweep(now: datetime | None = None) -> int:
     # Each key's oldest held job and its turns, by a seek and a range of the key's own
     # index entries. (An EXISTS, MariaDB joins by reading every held job; under a drain's
     # writes that read took seconds, and a worker's first stalled check waited for it.)
-    first_held = Job.objects.filter(limit_key=OuterRef("key"), status=JobStatus.HELD)
+    status = keyed_status(using)
+    first_held = Job.objects.filter(Exact(status, JobStatus.HELD), limit_key=OuterRef("key"))
     turns = (
-        Job.objects.filter(limit_key=OuterRef("key"), status__in=TURN_STATUSES)
+        Job.objects.filter(In(status, TURN_STATUSES), limit_key=OuterRef("key"))
         .values("limit_key")
         .annotate(n=Count("id"))
         .values("n")
@@ -427,6 +439,11 @@ def held_behind_running(queues: list[str], backend: str = "default") -> bool:
         return False
     return (
         Job.objects.using(using)
-        .filter(status=JobStatus.HELD, limit_key__in=running, queue__in=queues, backend=backend)
+        .filter(
+            Exact(keyed_status(using), JobStatus.HELD),
+            limit_key__in=running,
+            queue__in=queues,
+            backend=backend,
+        )
         .exists()
     )
