@@ -16,7 +16,7 @@ from django.conf import settings
 from django.test import override_settings
 from standardwebhooks import Webhook
 
-from django_outbox import webhooks
+from django_outbox import conf, webhooks
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, Job, JobStatus
 from django_outbox.webhooks import recording, signals
 from tests.conftest import wait_until
@@ -126,6 +126,28 @@ def test_a_500_is_retried_and_the_recovery_signalled(receiver, webhook_worker, c
         (a.pk, a.number, a.status_code, a.succeeded) for a in log
     ]
     assert sent[0].response_body == "down" and sent[0].delivery == delivery
+
+
+def test_a_retried_deliverys_job_says_why_in_one_line_and_counts_the_schedules_attempts(
+    receiver, webhook_worker, admin_client
+):
+    receiver.script("/hook", Answer(500), Answer(200))
+    webhooks.create_endpoint(receiver.url())
+    message = webhooks.send("invoice.paid", {"id": 1})
+    webhook_worker()
+    settled(message)
+    job = Job.objects.get(queue="webhooks")
+    (retried,) = job.errors
+    assert retried["exception_class_path"] == "django_outbox.exceptions.RetryAt"
+    assert retried["traceback"].startswith("django_outbox.exceptions.RetryAt: attempt 1 to ")
+    assert ": HTTP 500; next attempt in " in retried["traceback"]
+    assert retried["traceback"].count("\n") == 1  # the one line, not the worker's frames
+    schedule = len(conf.get().WEBHOOKS.RETRY_SCHEDULE)
+    listed = admin_client.get("/admin/django_outbox/job/").content.decode()
+    assert f'title="2 of {schedule} attempts used">2/{schedule}<' in listed
+    page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+    assert f"{schedule}, as the webhook retry schedule says" in page
+    assert "HTTP 500; next attempt in" in page
 
 
 def test_a_delivery_that_keeps_failing_is_failed_after_the_schedule(

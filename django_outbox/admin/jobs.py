@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_outbox import schedules, waiting
+from django_outbox import conf, schedules, waiting
 from django_outbox.admin import display, lists, overview, reasons
 from django_outbox.jobs import keys, operations
 from django_outbox.jobs.progress import Progress
@@ -33,10 +33,19 @@ from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Job, JobStatus, ScheduleState, Worker
 from django_outbox.models.jobs import TURN_STATUSES
 from django_outbox.task import SEQUENCE_PREFIX
+from django_outbox.webhooks.api import DELIVER_TASK
 
 #: The job page's sections that only some jobs have.
 WHY_WAITING = "Why is it waiting?"
 HOLDS_SEQUENCE = "What it holds back"
+
+
+def attempts_allowed(job: Job) -> int:
+    """The attempts ``job`` has: a webhook delivery's are its retry schedule's (the job's
+    own limit, higher, only stops a delivery whose worker keeps being lost)."""
+    if job.task_path == DELIVER_TASK:
+        return len(conf.get().WEBHOOKS.RETRY_SCHEDULE)
+    return job.max_attempts
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -90,6 +99,7 @@ class JobAdmin(ReadOnlyAdmin):
         "pretty_return_value",
         "error_history",
         "shown_progress",
+        "shown_max_attempts",
         "workflow",
         "why_waiting",
         "holds_sequence",
@@ -122,7 +132,7 @@ class JobAdmin(ReadOnlyAdmin):
             {
                 "fields": [
                     "attempts",
-                    "max_attempts",
+                    "shown_max_attempts",
                     "timeout",
                     "run_at",
                     "enqueued_at",
@@ -213,12 +223,24 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="attempts")
     def attempts_used(self, job: Job) -> SafeString:
+        allowed = attempts_allowed(job)
         return format_html(
             '<span title="{} of {} attempts used">{}/{}</span>',
             job.attempts,
-            job.max_attempts,
+            allowed,
             job.attempts,
-            job.max_attempts,
+            allowed,
+        )
+
+    @admin.display(description="max attempts")
+    def shown_max_attempts(self, job: Job) -> str:
+        allowed = attempts_allowed(job)
+        if allowed == job.max_attempts:
+            return str(allowed)
+        return (
+            f"{allowed}, as the webhook retry schedule says (OUTBOX['WEBHOOKS']"
+            f"['RETRY_SCHEDULE']); the job itself may run up to {job.max_attempts} times, so "
+            "that a delivery whose worker was lost mid-attempt still gets its attempts"
         )
 
     @admin.display(description="when")
@@ -368,7 +390,7 @@ class JobAdmin(ReadOnlyAdmin):
             self.message_user(
                 request,
                 f"Job #{job.pk} is queued to run now (attempt {job.attempts + 1} of "
-                f"{job.max_attempts}).",
+                f"{attempts_allowed(job)}).",
                 messages.SUCCESS,
             )
         elif job.status in operations.RETRYABLE:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from functools import lru_cache
 from inspect import iscoroutinefunction
-from traceback import format_exception
+from traceback import format_exception, format_exception_only
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -59,6 +59,16 @@ def error_record(exc: BaseException) -> dict[str, str]:
         "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
         # NUL cannot be stored in PostgreSQL's jsonb: show it, do not store it.
         "traceback": "".join(format_exception(exc)).replace("\x00", "\\x00"),
+    }
+
+
+def said(exc: BaseException) -> dict[str, str]:
+    """The record of an exception a task raised to say when to run again (RetryAt): its
+    one line, as a traceback's last, not the frames of the worker it went through."""
+    kind = type(exc)
+    return {
+        "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+        "traceback": "".join(format_exception_only(exc)).replace("\x00", "\\x00"),
     }
 
 
@@ -207,7 +217,7 @@ def _raised(job: ClaimedJob, flag: Any, exc: BaseException) -> Outcome:
     if isinstance(exc, RateLimited):
         return Outcome(job, succeeded=False, held_until=exc.at, new_kwargs=exc.kwargs)
     if isinstance(exc, RetryAt):
-        return Outcome(job, succeeded=False, error=error_record(exc), retry_at=exc.at)
+        return Outcome(job, succeeded=False, error=said(exc), retry_at=exc.at)
     if isinstance(exc, PermanentFailure):
         return Outcome(job, succeeded=False, error=error_record(exc), final=True)
     return Outcome(job, succeeded=False, error=error_record(exc))
