@@ -9,13 +9,21 @@ ARGS ?=
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
+# The demo needs the product alone; the suite, lint and the benchmarks need the dev extra,
+# the benchmarks (bench/) and their peers, installed once (DEV marks it done).
+DEV := $(VENV)/.dev-installed
+
 $(PY):
 	@python=$$(scripts/find-python.sh) && echo "Using $$python" && $$python -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+
+$(DEV): $(PY)
 	$(PY) -m pip install --quiet -e ".[dev]" -e "./bench[peers]"
 	@$(PY) -m pip install --quiet "mysqlclient>=2.2" || echo "mysqlclient did not build: the MariaDB tests will be skipped (Debian: apt install default-libmysqlclient-dev pkg-config)"
+	@touch $(DEV)
 
-install: $(PY) ## Create .venv (Python >= 3.12): the project with its dev extra, and the benchmarks (bench/) with their peers.
+install: $(DEV) ## Create .venv (Python >= 3.12): the project with its dev extra, and the benchmarks (bench/) with their peers.
 
 # The LTS row: Django 5.2 on Python 3.11, django.tasks from the django-tasks backport.
 VENV_LTS ?= .venv-lts
@@ -33,30 +41,30 @@ demo: $(PY) ## Run the demo on SQLite: enqueue jobs, run the worker, serve the a
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py demo $(ARGS)
 
-test: $(PY) ## Run the whole suite on SQLite, then PostgreSQL and MariaDB when reachable (ARGS for pytest).
+test: $(DEV) ## Run the whole suite on SQLite, then PostgreSQL and MariaDB when reachable (ARGS for pytest).
 	VENV_PYTHON=$(PY) scripts/test.sh $(ARGS)
 
 test-lts: $(PY_LTS) ## The whole suite on Django 5.2 with the backport, Python 3.11 (SQLite, PostgreSQL, MariaDB).
 	VENV_PYTHON=$(PY_LTS) scripts/test.sh $(ARGS)
 
-screenshots: $(PY) ## Retake the admin screenshots in docs/img/ (headless Chromium).
+screenshots: $(DEV) ## Retake the admin screenshots in docs/img/ (headless Chromium).
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_admin_browser.py
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_queues.py -k browser
 	OUTBOX_SCREENSHOTS=docs/img $(PY) -m pytest -q tests/test_portal_browser.py
 
-lint: $(PY) ## ruff, mypy (with django-stubs) and the import-linter contracts of docs/architecture.md.
+lint: $(DEV) ## ruff, mypy (with django-stubs) and the import-linter contracts of docs/architecture.md.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-chaos: $(PY) ## Jobs and webhooks under faults (kills, cut connections, a database restart, Redis down); DATABASE_URL (postgres:// or mysql://), ARGS=--quick.
+chaos: $(DEV) ## Jobs and webhooks under faults (kills, cut connections, a database restart, Redis down); DATABASE_URL (postgres:// or mysql://), ARGS=--quick.
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py $(ARGS)
 
-soak: $(PY) ## 30 minutes of jobs and webhooks with a fault every 30 s; reports worker memory (not in CI).
+soak: $(DEV) ## 30 minutes of jobs and webhooks with a fault every 30 s; reports worker memory (not in CI).
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} $(PY) scripts/chaos.py --soak 30 $(ARGS)
 
-bench: $(PY) ## The drain benchmark (bench/, installed by make install) on the configured database (DATABASE_URL for PostgreSQL).
+bench: $(DEV) ## The drain benchmark (bench/, installed by make install) on the configured database (DATABASE_URL for PostgreSQL).
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py outbox_bench drain $(ARGS)
 

@@ -1,3 +1,4 @@
+import html
 import re
 from datetime import timedelta
 
@@ -132,6 +133,22 @@ def test_payloads_and_tracebacks_are_pretty_printed_and_escaped(admin_client):
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&quot;note&quot;: &quot;&lt;b&gt;hi&lt;/b&gt;&quot;" in page  # indented JSON
+
+
+def test_a_job_page_says_unique_key_as_the_docs_and_the_api_do(admin_client):
+    job = a_job(dedup_key="report-42")
+    page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
+    assert "Unique key:" in page and "report-42" in page
+    assert "Dedup key" not in page
+
+
+def test_a_message_page_shows_the_body_as_signed_byte_for_byte_and_indented(admin_client):
+    webhooks.create_endpoint("https://hooks.example.com/in")
+    message = webhooks.send("invoice.paid", {"id": 7, "note": "<b>hi</b>"})
+    page = admin_client.get(f"/admin/django_outbox/message/{message.pk}/change/").content.decode()
+    signed = page.split("byte for byte")[1].split("</pre>")[0]
+    assert html.escape(message.body, quote=True) in signed  # the signed text, unchanged
+    assert "&quot;note&quot;: &quot;&lt;b&gt;hi&lt;/b&gt;&quot;" in page  # and indented
 
 
 def test_retry_now_requeues_failed_jobs_and_reports_what_it_left(admin_client):
@@ -681,7 +698,7 @@ def test_the_retry_button_leaves_a_job_whose_dedup_key_an_active_job_holds(admin
     a_job(dedup_key="report-1")
     response = admin_client.post(retry_url(old), follow=True)
     assert Job.objects.get(pk=old.pk).status == JobStatus.FAILED
-    assert "holds its dedup key (report-1)" in messages_of(response)[0]
+    assert "holds its unique key (report-1)" in messages_of(response)[0]
 
 
 def test_the_retry_button_needs_a_post_the_csrf_token_and_the_change_permission(client):

@@ -114,6 +114,9 @@ def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     assert page.locator('tr[data-queue="emails"] .queued').inner_text() == "0"
     total = Job.objects.exclude(finished_at=None).count()
     assert page.locator("svg.outbox-chart").get_attribute("data-total") == str(total)
+    chart = page.locator("svg.outbox-chart").bounding_box()
+    card = page.locator("svg.outbox-chart").locator("xpath=..").bounding_box()
+    assert chart["width"] > 0.9 * card["width"], (chart, card)  # the whole card, not 600 px
     assert "TimeoutError: the mail server did not answer" in page.inner_text("#outbox-failures")
     assert_no_horizontal_scroll(page, "the dashboard")
     page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)

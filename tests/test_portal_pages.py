@@ -38,6 +38,15 @@ def test_without_a_tenant_the_portal_says_how_to_get_in():
     assert answer.status_code == 401 and b"webhooks.portal_url()" in answer.content
 
 
+def test_a_page_title_names_the_tenant_and_ends_cleanly_without_one(browser):
+    titles = [
+        re.search(r"<title>(.*?)</title>", page.content.decode())[1]
+        for page in (browser.get("/webhooks/"), Client().get("/webhooks/"))
+    ]
+    assert titles[0].endswith(" · acme")
+    assert not titles[1].rstrip().endswith("·"), titles[1]
+
+
 def test_adding_an_endpoint_shows_its_secret_once(browser):
     answer = post(
         browser, "/webhooks/endpoints/new/", {"url": URL, "event_types": "invoice.*, order.made"}

@@ -7,6 +7,7 @@ schedule of [0, 0.2, 0.2, 0.2] (four attempts, retries within 0.2 s).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from itertools import pairwise
@@ -129,8 +130,9 @@ def test_a_500_is_retried_and_the_recovery_signalled(receiver, webhook_worker, c
 
 
 def test_a_retried_deliverys_job_says_why_in_one_line_and_counts_the_schedules_attempts(
-    receiver, webhook_worker, admin_client
+    receiver, webhook_worker, admin_client, caplog
 ):
+    caplog.set_level(logging.WARNING, "django_outbox.worker")
     receiver.script("/hook", Answer(500), Answer(200))
     webhooks.create_endpoint(receiver.url())
     message = webhooks.send("invoice.paid", {"id": 1})
@@ -148,6 +150,12 @@ def test_a_retried_deliverys_job_says_why_in_one_line_and_counts_the_schedules_a
     page = admin_client.get(f"/admin/django_outbox/job/{job.pk}/change/").content.decode()
     assert f"{schedule}, as the webhook retry schedule says" in page
     assert "HTTP 500; next attempt in" in page
+    (logged,) = [r.getMessage() for r in caplog.records if "runs again" in r.getMessage()]
+    assert (
+        "(django_outbox.webhooks.tasks.deliver) runs again when it asked: "
+        f"attempt 1 to {receiver.url()}: HTTP 500; next attempt in" in logged
+    )
+    assert " of 18" not in caplog.text
 
 
 def test_a_delivery_that_keeps_failing_is_failed_after_the_schedule(

@@ -1,5 +1,6 @@
 """The worker loop, run in this process until nothing is due."""
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -341,3 +342,13 @@ def test_database_back_off_stays_within_a_quarter_lease_so_heartbeats_keep_lease
     pauses = [float(r.getMessage().split("retrying in ")[1].split()[0]) for r in caplog.records
               if "retrying in" in r.getMessage()]  # fmt: skip
     assert pauses == [0.5] + [1.0] * 7  # never more than a quarter of the 4 s lease
+
+
+def test_the_stop_line_counts_statements_per_run_with_two_decimals(run_worker, caplog):
+    caplog.set_level(logging.INFO, "django_outbox.worker")
+    for _ in range(3):
+        tasks.noop.enqueue()
+    stats = run_worker()
+    (line,) = [r.getMessage() for r in caplog.records if " stopped: " in r.getMessage()]
+    assert stats.finished == 3
+    assert f"; {stats.statements} statements ({stats.statements / 3:.2f} per run)" in line

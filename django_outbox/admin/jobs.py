@@ -100,6 +100,7 @@ class JobAdmin(ReadOnlyAdmin):
         "error_history",
         "shown_progress",
         "shown_max_attempts",
+        "unique_key",
         "workflow",
         "why_waiting",
         "holds_sequence",
@@ -117,7 +118,7 @@ class JobAdmin(ReadOnlyAdmin):
                     "queue",
                     "status",
                     "priority",
-                    "dedup_key",
+                    "unique_key",
                     "limit_key",
                     "workflow",
                 ]
@@ -231,6 +232,11 @@ class JobAdmin(ReadOnlyAdmin):
             job.attempts,
             allowed,
         )
+
+    @admin.display(description="unique key")
+    def unique_key(self, job: Job) -> str:
+        """``dedup_key`` in the table: what ``task.using(unique_key=…)`` set."""
+        return job.dedup_key or display.NOTHING
 
     @admin.display(description="max attempts")
     def shown_max_attempts(self, job: Job) -> str:
@@ -397,7 +403,7 @@ class JobAdmin(ReadOnlyAdmin):
             self.message_user(
                 request,
                 f"Job #{job.pk} was left as it was: another job that is queued or running "
-                f"holds its dedup key ({job.dedup_key}).",
+                f"holds its unique key ({job.dedup_key}).",
                 messages.WARNING,
             )
         else:

@@ -333,7 +333,7 @@ class MessageAdmin(ReadOnlyAdmin):
     search_fields = ["=uid", "=event_type", "=idempotency_key", "=tenant"]
     ordering = ["-id"]
     exclude = ["body"]
-    readonly_fields = ["payload"]
+    readonly_fields = ["signed_body", "payload"]
     inlines = [DeliveryInline]
     actions = ["replay"]
 
@@ -357,7 +357,12 @@ class MessageAdmin(ReadOnlyAdmin):
     def sent(self, message: Message) -> SafeString:
         return list_link(Delivery, "deliveries", message__id__exact=message.pk)
 
-    @admin.display(description="body (as sent and signed)")
+    @admin.display(description="body (as sent and signed, byte for byte)")
+    def signed_body(self, message: Message) -> SafeString:
+        """The text the signature covers, to recompute it with the endpoint's secret."""
+        return display.preformatted(message.body)
+
+    @admin.display(description="body, indented")
     def payload(self, message: Message) -> SafeString:
         return display.pretty_json(message.body)
 

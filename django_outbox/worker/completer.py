@@ -229,6 +229,15 @@ class Completer:
             telemetry.ended(job.task_path, job.queue, "retried")
             if outcome.retry_at is not None:  # look again when it falls due
                 self.requeued(outcome.retry_at, False)
+                # The task chose when (a webhook delivery, by its own schedule): its
+                # message says what happened and when it runs again.
+                logger.warning(
+                    "job %s (%s) runs again when it asked: %s",
+                    job.id,
+                    job.task_path,
+                    _last_line(outcome).split(": ", 1)[-1],  # its message, not its class
+                )
+                return
             logger.warning(
                 "job %s (%s) failed attempt %d of %d; will retry: %s",
                 job.id,

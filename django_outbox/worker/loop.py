@@ -500,7 +500,8 @@ class Worker:
         stats = self.stats
         per_run = ""
         if stats.finished:
-            per_run = f" ({text.number(round(stats.statements / stats.finished, 3))} per run)"
+            # Two decimals always, so that summaries side by side read alike ("39.00").
+            per_run = f" ({stats.statements / stats.finished:,.2f} per run)"
         logger.info(
             "worker %s stopped: %s finished (%s succeeded, %s will retry, %s failed)"
             " in %s; %s statements%s",
