@@ -9,7 +9,7 @@ ARGS ?=
 help: ## Show this help.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-# The demo needs the product alone; the suite, lint and the benchmarks need the dev extra,
+# The demo needs the product alone (and the benchmarks' webhook receiver); the suite, lint and the benchmarks need the dev extra,
 # the benchmarks (bench/) and their peers, installed once (DEV marks it done).
 DEV := $(VENV)/.dev-installed
 
@@ -17,6 +17,9 @@ $(PY):
 	@python=$$(scripts/find-python.sh) && echo "Using $$python" && $$python -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
+	@# The demo's webhook receiver lives with the benchmarks; their own dependencies (plots,
+	@# peers) come with the dev install.
+	$(PY) -m pip install --quiet --no-deps -e ./bench
 
 $(DEV): $(PY)
 	$(PY) -m pip install --quiet -e ".[dev]" -e "./bench[peers]"
