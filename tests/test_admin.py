@@ -142,6 +142,17 @@ def test_a_job_page_says_unique_key_as_the_docs_and_the_api_do(admin_client):
     assert "Dedup key" not in page
 
 
+def test_endpoint_and_message_pages_label_the_url_and_uid_in_capitals(admin_client):
+    endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
+    message = webhooks.send("invoice.paid", {"id": 7})
+    pages = [
+        admin_client.get(f"/admin/django_outbox/{model}/{pk}/change/").content.decode()
+        for model, pk in (("endpoint", endpoint.pk), ("message", message.pk))
+    ]
+    assert ">URL:<" in pages[0] and "Url:" not in pages[0]
+    assert ">UID:<" in pages[1] and "Uid:" not in pages[1]
+
+
 def test_a_message_page_shows_the_body_as_signed_byte_for_byte_and_indented(admin_client):
     webhooks.create_endpoint("https://hooks.example.com/in")
     message = webhooks.send("invoice.paid", {"id": 7, "note": "<b>hi</b>"})

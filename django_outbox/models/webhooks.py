@@ -21,7 +21,7 @@ class SignatureScheme(models.TextChoices):
 
 class Endpoint(models.Model):
     id = models.BigAutoField(primary_key=True)
-    url = models.URLField(max_length=2048)
+    url = models.URLField("URL", max_length=2048)
     tenant = models.CharField(max_length=255, blank=True, default="")
     description = models.TextField(blank=True, default="")
     #: Event types this endpoint receives; ``*`` matches any run of characters. Empty: all.
@@ -76,7 +76,7 @@ class Endpoint(models.Model):
 class Message(models.Model):
     id = models.BigAutoField(primary_key=True)
     #: The ``webhook-id`` header: the same on every attempt, so receivers can deduplicate.
-    uid = models.CharField(max_length=64, unique=True)
+    uid = models.CharField("UID", max_length=64, unique=True)
     event_type = models.CharField(max_length=255)
     tenant = models.CharField(max_length=255, blank=True, default="")
     #: The exact body sent and signed: a Standard Webhooks envelope as JSON text.
