@@ -86,19 +86,24 @@ class Overview:
     failures: list[Job] = field(default_factory=list)
 
 
-def failed_at() -> RawSQL:
+def _failed_column() -> str:
+    return dialect(router.db_for_read(Job)).failed_finished_column
+
+
+def failed_at(column: str | None = None) -> RawSQL:
     """When a failed job failed, in the terms of the index of failed rows: on MariaDB and
     MySQL its column is a generated one (NULL but for failed rows), which a query must name."""
-    column = dialect(router.db_for_read(Job)).failed_finished_column
+    column = column or _failed_column()
     return RawSQL(f"{Job._meta.db_table}.{column}", (), output_field=DateTimeField())
 
 
 def failed_jobs(since: datetime | None = None) -> QuerySet[Job]:
     """Failed jobs (finished at ``since`` or later), newest first can be read by
     ``order_by(failed_at().desc())``, through the index of failed rows."""
-    when = failed_at()
+    column = _failed_column()
+    when = failed_at(column)
     bound = IsNull(when, False) if since is None else GreaterThanOrEqual(when, since)
-    if dialect(router.db_for_read(Job)).failed_finished_column != "finished_at":
+    if column != "finished_at":
         # NULL but for failed rows: naming the status too would let MariaDB read every
         # failed row kept, through an index led by the status, and sort them.
         return Job.objects.filter(bound)

@@ -47,6 +47,7 @@ def where(using: str) -> str:
 
 
 def first_line(exc: BaseException) -> str:
+    """``OperationalError: …``: the kind of ``exc`` and the first line of its message."""
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
 
 

@@ -14,6 +14,7 @@ from django.db import Error as DatabaseErrors
 from django.db import InterfaceError, OperationalError, connections
 
 from django_outbox.db import dialect
+from django_outbox.db.reachability import first_line
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -58,7 +59,7 @@ class Database:
             self.failures += 1
             pause = min(self.longest_pause, 0.5 * 2 ** min(self.failures - 1, 5))
             self.ok_after = now + pause
-            self.last_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+            self.last_error = first_line(exc)
             logger.warning(
                 "worker %s: database error (%s); retrying in %.1f s",
                 self.worker_id,

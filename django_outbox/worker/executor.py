@@ -53,22 +53,16 @@ def _runner(path: str) -> Callable[..., Any]:
     return task.call
 
 
-def error_record(exc: BaseException) -> dict[str, str]:
+def error_record(exc: BaseException, frames: bool = True) -> dict[str, str]:
+    """What a run that raised ``exc`` stores. Without ``frames`` (a task's RetryAt, which
+    says itself what happened and when to run again), the one line a traceback ends with,
+    not the frames of the worker it went through."""
     kind = type(exc)
+    text = format_exception(exc) if frames else format_exception_only(exc)
     return {
         "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
         # NUL cannot be stored in PostgreSQL's jsonb: show it, do not store it.
-        "traceback": "".join(format_exception(exc)).replace("\x00", "\\x00"),
-    }
-
-
-def said(exc: BaseException) -> dict[str, str]:
-    """The record of an exception a task raised to say when to run again (RetryAt): its
-    one line, as a traceback's last, not the frames of the worker it went through."""
-    kind = type(exc)
-    return {
-        "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
-        "traceback": "".join(format_exception_only(exc)).replace("\x00", "\\x00"),
+        "traceback": "".join(text).replace("\x00", "\\x00"),
     }
 
 
@@ -217,7 +211,7 @@ def _raised(job: ClaimedJob, flag: Any, exc: BaseException) -> Outcome:
     if isinstance(exc, RateLimited):
         return Outcome(job, succeeded=False, held_until=exc.at, new_kwargs=exc.kwargs)
     if isinstance(exc, RetryAt):
-        return Outcome(job, succeeded=False, error=said(exc), retry_at=exc.at)
+        return Outcome(job, succeeded=False, error=error_record(exc, frames=False), retry_at=exc.at)
     if isinstance(exc, PermanentFailure):
         return Outcome(job, succeeded=False, error=error_record(exc), final=True)
     return Outcome(job, succeeded=False, error=error_record(exc))
