@@ -1,5 +1,10 @@
 """The admin for webhooks: endpoints, messages, deliveries and the attempt log, linked to
-each other, with the operations of ``django_outbox.webhooks`` as actions."""
+each other, with the operations of ``django_outbox.webhooks`` as actions.
+
+One module over 400 lines: the four model admins link to one another (an endpoint's
+deliveries, a delivery's attempts, a message's deliveries) and share their actions'
+reporting; split, each would import the others.
+"""
 
 from __future__ import annotations
 
