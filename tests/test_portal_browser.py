@@ -8,6 +8,8 @@ OUTBOX_SCREENSHOTS names it (``make screenshots``)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 
@@ -114,8 +116,34 @@ def _a_customer_at_work(page, screenshots, live_server, receiver, webhook_worker
     rotated = page.locator("#secret").inner_text().strip()
     endpoint.refresh_from_db()
     assert rotated == endpoint.secret != secret and endpoint.previous_secret == secret
+    # Post/redirect/get: the address is the endpoint's page, not the form's.
+    assert page.url.endswith(f"/webhooks/endpoints/{endpoint.pk}/?done=rotated")
     page.screenshot(path=str(screenshots / "portal-endpoint.png"), full_page=True)
+    page.reload()  # repeats no rotation, and the secret is not shown again
+    assert page.locator("#secret").count() == 0
+    endpoint.refresh_from_db()
+    assert endpoint.secret == rotated
 
     page.goto(f"{live_server.url}/webhooks/")
     assert "100% of 1" in page.locator("tbody tr").first.inner_text()
     page.screenshot(path=str(screenshots / "portal-endpoints.png"))
+
+
+def test_a_link_that_expired_is_a_page_in_the_customers_terms(
+    page,  # noqa: F811
+    screenshots,  # noqa: F811
+    live_server,
+):
+    connection.close()
+    link = webhooks.portal_url("acme", expires_in=1)
+    time.sleep(2.1)  # expiries are whole seconds
+    for width in (1400, 390):
+        page.set_viewport_size({"width": width, "height": 844})
+        answer = page.goto(live_server.url + link)
+        assert answer is not None and answer.status == 403
+        assert page.locator("h1").inner_text() == "This link has expired"
+        said = page.locator("main").inner_text()
+        assert "open its webhooks page again" in said
+        assert "SECRET_KEY" not in said and "token" not in said.lower()
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.screenshot(path=str(screenshots / f"portal-link-expired-{width}.png"))

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from django_outbox import webhooks
 from django_outbox.models import Attempt, Delivery, DeliveryStatus, Endpoint, EndpointHour, Job
+from tests.test_webhook_catalogue import outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,9 +34,19 @@ def post(client: Client, path: str, data: dict | None = None):
     return client.post(path, {"csrfmiddlewaretoken": CSRF, **(data or {})})
 
 
+def followed(client: Client, answer):
+    """The page a POST's 303 (post/redirect/get) leads to, fetched as a browser does."""
+    assert answer.status_code == 303, answer.status_code
+    return client.get(answer["Location"])
+
+
 def test_without_a_tenant_the_portal_says_how_to_get_in():
     answer = Client().get("/webhooks/")
-    assert answer.status_code == 401 and b"webhooks.portal_url()" in answer.content
+    page = answer.content.decode()
+    assert answer.status_code == 401 and "<h1>Not signed in</h1>" in page
+    assert "open its webhooks page again" in page
+    # Nothing of the application's code, nor of tokens, for the customer who sees it.
+    assert "webhooks." not in page and "Bearer" not in page and "OUTBOX" not in page
 
 
 def test_a_page_title_names_the_tenant_and_ends_cleanly_without_one(browser):
@@ -51,13 +62,38 @@ def test_adding_an_endpoint_shows_its_secret_once(browser):
     answer = post(
         browser, "/webhooks/endpoints/new/", {"url": URL, "event_types": "invoice.*, order.made"}
     )
-    assert answer.status_code == 201
     endpoint = Endpoint.objects.get()
+    assert answer["Location"] == f"/webhooks/endpoints/{endpoint.pk}/?done=added"
     assert (endpoint.tenant, endpoint.event_types) == ("acme", ["invoice.*", "order.made"])
-    assert endpoint.secret.encode() in answer.content
-    again = browser.get(f"/webhooks/endpoints/{endpoint.pk}/")
+    shown = followed(browser, answer)
+    assert endpoint.secret.encode() in shown.content and b"The endpoint was added." in shown.content
+    # A reload of that page shows the secret no more, and adds no second endpoint.
+    again = browser.get(answer["Location"])
     assert again.status_code == 200 and endpoint.secret.encode() not in again.content
+    assert Endpoint.objects.count() == 1
     assert b"invoice.*" in browser.get("/webhooks/").content
+
+
+def test_a_caller_by_bearer_token_gets_the_secret_in_the_answer_to_its_post():
+    client = Client(headers={"Authorization": f"Bearer {webhooks.portal_token('acme')}"})
+    answer = client.post("/webhooks/endpoints/new/", {"url": URL})
+    # No session to carry it over a redirect: the page answers the POST itself.
+    assert answer.status_code == 200
+    assert Endpoint.objects.get().secret.encode() in answer.content
+
+
+def test_a_refused_url_names_no_setting_of_the_application_and_the_log_does(browser, caplog):
+    caplog.set_level("INFO", logger="django_outbox.portal")
+    for url, says in [
+        ("https://10.1.2.3/in", "10.1.2.3, a private address; webhooks go to public addresses"),
+        ("http://hooks.example.com/in", "uses http://; webhooks need https://."),
+    ]:
+        with outbox(ALLOW_HTTP=False):
+            page = post(browser, "/webhooks/endpoints/new/", {"url": url}).content.decode()
+        assert says in page and "OUTBOX" not in page
+    assert "unless OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'] allows it" in caplog.text
+    assert "unless OUTBOX['WEBHOOKS']['ALLOW_HTTP'] is True" in caplog.text
+    assert not Endpoint.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -97,7 +133,10 @@ def test_editing_disabling_enabling_rotating_and_deleting(browser):
     old = Endpoint.objects.get().secret
     rotated = post(browser, path + "rotate-secret/", {"grace_seconds": "3600"})
     new = Endpoint.objects.get()
-    assert new.secret != old and new.secret.encode() in rotated.content
+    assert rotated["Location"] == path + "?done=rotated"
+    assert new.secret != old and new.secret.encode() in followed(browser, rotated).content
+    assert new.secret.encode() not in browser.get(rotated["Location"]).content
+    assert Endpoint.objects.get().secret == new.secret  # the reload rotated nothing
     assert new.previous_secret_expires_at - timezone.now() <= timedelta(hours=1)
     assert post(browser, path + "delete/")["Location"] == "/webhooks/?done=deleted"
     assert not Endpoint.objects.exists()
@@ -164,3 +203,18 @@ def test_messages_are_listed_newest_first_with_older_pages_and_read_with_payload
     assert "&quot;n&quot;: 0" in page and URL in page  # the payload, escaped
     theirs = webhooks.send("invoice.paid", {}, tenant="globex")
     assert browser.get(f"/webhooks/messages/{theirs.uid}/").status_code == 404
+
+
+def test_recovering_redirects_so_a_reload_sends_nothing_again(browser):
+    endpoint = webhooks.create_endpoint(URL, tenant="acme")
+    webhooks.send("invoice.paid", {"id": 1}, tenant="acme")
+    Job.objects.all().delete()  # its attempts are over
+    Delivery.objects.update(status=DeliveryStatus.FAILED)
+    path = f"/webhooks/endpoints/{endpoint.pk}/"
+    answer = post(browser, path + "recover/", {"since": "2000-01-01T00:00"})
+    assert answer["Location"] == path + "?recovered=1"
+    assert b"1 failed delivery sent again." in followed(browser, answer).content
+    assert Delivery.objects.get().status == DeliveryStatus.PENDING
+    jobs = Job.objects.count()
+    browser.get(answer["Location"])  # a reload is a GET: nothing is queued again
+    assert Job.objects.count() == jobs

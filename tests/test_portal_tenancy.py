@@ -29,11 +29,26 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def test_a_request_without_a_tenant_is_401_saying_how_to_get_one():
+def test_a_request_without_a_tenant_is_401_saying_how_to_get_one(caplog):
+    caplog.set_level("INFO", logger="django_outbox.portal")
     answer = Client().get(ENDPOINTS)
-    body = problem(answer, 401)
-    assert "webhooks.portal_token()" in body["detail"]
+    detail = problem(answer, 401)["detail"]
+    # The caller is the tenant's script: it is told what to send, not the host's functions.
+    assert "'Authorization: Bearer <token>'" in detail and "the application gave you" in detail
+    assert "webhooks." not in detail and "OUTBOX" not in detail
     assert answer["WWW-Authenticate"].startswith("Bearer")
+    # The application's developers find the ways in in the log.
+    assert f"GET {ENDPOINTS} has no tenant" in caplog.text
+    assert "webhooks.portal_token()" in caplog.text and "webhooks.portal_url()" in caplog.text
+
+
+def test_a_token_made_with_another_secret_key_says_so_in_the_log_only(caplog):
+    caplog.set_level("INFO", logger="django_outbox.portal")
+    with override_settings(SECRET_KEY="another-secret-key-" + "x" * 40):
+        token = webhooks.portal_token("acme")
+    detail = problem(Client().get(ENDPOINTS, headers=bearer(token)), 401)["detail"]
+    assert "is not valid" in detail and "SECRET_KEY" not in detail
+    assert "another SECRET_KEY" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -105,13 +120,23 @@ def test_a_link_opens_a_session_and_the_token_leaves_the_address():
     assert Endpoint.objects.get(pk=listed[0]["id"]).tenant == "acme"
 
 
-def test_an_expired_or_changed_link_is_401_and_opens_nothing():
+def test_an_expired_or_changed_link_is_a_page_for_people_and_opens_nothing(caplog):
+    caplog.set_level("INFO", logger="django_outbox.portal")
     client = Client()
     link = webhooks.portal_url("acme", expires_in=1)
     time.sleep(2.1)
-    assert "expired" in problem(client.get(link), 401)["detail"]
     good = webhooks.portal_url("acme")
-    assert "not valid" in problem(client.get(good[:-3] + "xx/"), 401)["detail"]
+    for opened, title in [
+        (client.get(link), "This link has expired"),
+        (client.get(good[:-3] + "xx/"), "This link does not work"),
+    ]:
+        # A person clicked it: an HTML page in their terms, not JSON about the signing key.
+        page = opened.content.decode()
+        assert opened.status_code == 403 and opened["Content-Type"].startswith("text/html")
+        assert f"<h1>{title}</h1>" in page and "open its webhooks page again" in page
+        assert "SECRET_KEY" not in page and "token" not in page
+    assert "a link was refused: The token expired at" in caplog.text
+    assert "another SECRET_KEY" in caplog.text
     problem(client.get(ENDPOINTS), 401)
 
 

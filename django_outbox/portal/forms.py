@@ -1,6 +1,6 @@
 """What the portal's HTML forms send, read into the same fields the API takes and checked
-by the same function (``webhooks.api.endpoint_problems``): a form is refused whole, field
-by field, before anything is written."""
+by the same function (``inputs.endpoint_problems``, in the customers' terms): a form is
+refused whole, field by field, before anything is written."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from django.utils.dateparse import parse_datetime
 
 from django_outbox import webhooks
 from django_outbox.models import Endpoint
-from django_outbox.webhooks import api, catalogue
+from django_outbox.portal import inputs
+from django_outbox.webhooks import catalogue
 
 #: The grace periods the rotate form offers, in seconds, and how they read.
 GRACES = {0: "none: stop the old secret now", 3600: "1 hour", 86400: "24 hours", 604800: "7 days"}
@@ -56,7 +57,7 @@ def endpoint_fields(data: QueryDict, *, scheme: str = "") -> tuple[dict[str, Any
             errors["headers"] = str(exc)
     if "signature_scheme" in data and data.get("signature_scheme") != scheme:
         fields["signature_scheme"] = data.get("signature_scheme", "")
-    errors |= api.endpoint_problems(**{k: v for k, v in fields.items() if k not in errors})
+    errors |= inputs.endpoint_problems({k: v for k, v in fields.items() if k not in errors})
     return fields, errors
 
 

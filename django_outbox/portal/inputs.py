@@ -9,6 +9,7 @@ An endpoint's fields are declared once, in ``ENDPOINT``: create and update both 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,8 @@ from django.http import HttpRequest
 from django_outbox.portal.params import moment
 from django_outbox.portal.problems import Problem
 from django_outbox.webhooks import api
+
+logger = logging.getLogger("django_outbox.portal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +110,23 @@ def invalid(errors: dict[str, str]) -> Problem:
 def endpoint_fields(request: HttpRequest, *, creating: bool) -> dict[str, Any]:
     """An endpoint's fields from the body, good to create or update it with."""
     fields = checked(json_object(request), ENDPOINT, ("url",) if creating else ())
-    problems = api.endpoint_problems(**fields)
+    problems = endpoint_problems(fields)
     if problems:
         raise invalid(problems)
     return fields
+
+
+def endpoint_problems(fields: dict[str, Any]) -> dict[str, str]:
+    """``api.endpoint_problems`` in the customers' terms (no setting of the application's
+    named); a refused URL's full message, which says which setting would allow it, goes to
+    the log for the application's developers."""
+    problems = api.endpoint_problems(for_customers=True, **fields)
+    if "url" in problems:
+        logger.info(
+            "portal: an endpoint URL was refused: %s",
+            api.endpoint_problems(url=fields["url"]).get("url", problems["url"]),
+        )
+    return problems
 
 
 def grace(request: HttpRequest) -> timedelta | None:

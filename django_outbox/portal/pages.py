@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from django.db import router, transaction
 from django.db.models import Model, QuerySet
@@ -34,6 +35,11 @@ from django_outbox.portal.scoping import Scope
 from django_outbox.webhooks.access import NAMESPACE
 
 TEMPLATES = "django_outbox/portal/"
+#: A page's answer to a visitor without a tenant (a browser: no word of tokens).
+NOT_SIGNED_IN = (
+    "You are not signed in to these pages, or your session has ended. Go back to the "
+    "application and open its webhooks page again."
+)
 M = TypeVar("M", bound=Model)
 #: The most endpoints the first page lists; the most deliveries, attempts and messages a
 #: page lists (an "Older" link shows the next ones).
@@ -47,7 +53,12 @@ DONE = {
     "tested": "A webhook.test event is on its way; its delivery is listed below.",
     "resent": "Sent again: a new round of attempts has started.",
     "deleted": "The endpoint was deleted.",
+    "added": "The endpoint was added.",
+    "rotated": "Rotated: a new key signs from now on.",
 }
+#: The session key that asks an endpoint's next page to show its new secret, once:
+#: ``{"endpoint": pk, "rotated": bool}``. The secret itself stays in the endpoint's row.
+SHOW_SECRET = "django_outbox_portal_show_secret"
 
 
 def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -58,14 +69,15 @@ def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[...,
         @csrf_protect
         @never_cache
         def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            caller = None
             try:
+                caller = tenancy.caller(request)
                 if request.method not in methods:
                     raise Problem(
                         "method-not-allowed",
                         f"{request.method} is not allowed here: use {', '.join(methods)}.",
                         headers={"Allow": ", ".join(methods)},
                     )
-                caller = tenancy.caller(request)
                 kwargs = {name: _id(name, value) for name, value in kwargs.items()}
                 with (
                     jobs_of(conf.get().WEBHOOKS.BACKEND),
@@ -73,8 +85,17 @@ def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[...,
                 ):
                     response = function(request, Scope(caller.tenant), **kwargs)
             except Problem as problem:
+                if problem.kind == "unauthenticated":
+                    problem = Problem(  # the log has said why (tenancy)
+                        "unauthenticated",
+                        NOT_SIGNED_IN,
+                        title="Not signed in",
+                        headers=problem.headers,
+                    )
+                tenant = caller.tenant if caller is not None else None
+                context = {"problem": problem, "tenant": tenant, "signed_out": caller is None}
                 response = render(
-                    request, TEMPLATES + "problem.html", {"problem": problem}, status=problem.status
+                    request, TEMPLATES + "problem.html", context, status=problem.status
                 )
                 for name, value in problem.headers.items():
                     response[name] = value
@@ -103,9 +124,12 @@ def _id(name: str, value: str) -> Any:
         raise not_found(WHOLE_IDS[name], repr(value)) from None
 
 
-def _to(name: str, *args: Any, done: str = "") -> HttpResponseRedirect:
+def _to(name: str, *args: Any, done: str = "", status: int = 302, **query: Any) -> HttpResponse:
     url = reverse(f"{NAMESPACE}:{name}", args=args)
-    return HttpResponseRedirect(f"{url}?done={done}" if done else url)
+    given = urlencode({"done": done, **query} if done else query)
+    response = HttpResponseRedirect(f"{url}?{given}" if given else url)
+    response.status_code = status
+    return response
 
 
 def _context(request: HttpRequest, scope: Scope, **more: Any) -> dict[str, Any]:
@@ -155,16 +179,15 @@ def endpoint_new(request: HttpRequest, scope: Scope) -> HttpResponse:
         context = _context(request, scope, errors=errors, **_form(forms.sent(request.POST)))
         return render(request, TEMPLATES + "endpoint_new.html", context, status=422)
     endpoint = webhooks.create_endpoint(tenant=scope.tenant, **fields)
-    # A v1 secret is shown on this answer only (a v1a endpoint's page shows its public key).
-    secret = shapes.secret_once(endpoint).get("secret")
-    return _endpoint_page(request, scope, endpoint, secret=secret, status=201)
+    # A v1 secret is shown once (a v1a endpoint's page shows its public key).
+    return _show_new_key(request, scope, endpoint, rotated=False, done="added")
 
 
 @page("GET", "POST")
 def endpoint(request: HttpRequest, scope: Scope, endpoint_id: int) -> HttpResponse:
     found = scope.endpoint(endpoint_id)
     if request.method == "GET":
-        return _endpoint_page(request, scope, found)
+        return _endpoint_page(request, scope, found, **_new_key_shown(request, found))
     scheme = found.signature_scheme
     fields, errors = forms.endpoint_fields(request.POST, scheme=scheme)
     if errors:
@@ -172,11 +195,36 @@ def endpoint(request: HttpRequest, scope: Scope, endpoint_id: int) -> HttpRespon
         return _endpoint_page(request, scope, found, errors=errors, status=422, **sent)
     webhooks.update_endpoint(found, **fields)
     if found.signature_scheme != scheme:
-        # A rotation into the other scheme: a new v1 secret is shown on this answer only.
-        secret = shapes.secret_once(found).get("secret")
-        done = DONE["rescheme"]
-        return _endpoint_page(request, scope, found, secret=secret, rotated=True, done=done)
+        # A rotation into the other scheme: a new v1 secret is shown once.
+        return _show_new_key(request, scope, found, rotated=True, done="rescheme")
     return _to("page-endpoint", found.pk, done="saved")
+
+
+def _show_new_key(
+    request: HttpRequest, scope: Scope, endpoint: Endpoint, *, rotated: bool, done: str
+) -> HttpResponse:
+    """After a POST that made a key: redirect to the endpoint's page, which shows a new v1
+    secret once (post/redirect/get: reloading that page repeats nothing). A caller
+    without a session (a bearer token) gets the page at once, as the answer to its POST."""
+    session = getattr(request, "session", None)
+    if session is None or "Authorization" in request.headers:
+        secret = shapes.secret_once(endpoint).get("secret")
+        return _endpoint_page(
+            request, scope, endpoint, secret=secret, rotated=rotated, done=DONE[done]
+        )
+    session[SHOW_SECRET] = {"endpoint": endpoint.pk, "rotated": rotated}
+    return _to("page-endpoint", endpoint.pk, done=done, status=303)
+
+
+def _new_key_shown(request: HttpRequest, endpoint: Endpoint) -> dict[str, Any]:
+    """The secret a redirect of ``_show_new_key`` asked this page to show, taken from the
+    session so that it shows once."""
+    session = getattr(request, "session", None)
+    asked = session.get(SHOW_SECRET) if session is not None else None
+    if not isinstance(asked, dict) or asked.get("endpoint") != endpoint.pk:
+        return {}
+    del session[SHOW_SECRET]  # type: ignore[union-attr]
+    return {"secret": shapes.secret_once(endpoint).get("secret"), "rotated": asked["rotated"]}
 
 
 def _endpoint_page(
@@ -189,6 +237,8 @@ def _endpoint_page(
     listed = list(deliveries.select_related("message").order_by("-pk")[: MAX_DELIVERIES + 1])
     if "form" not in more:
         more |= _form(forms.initial(endpoint), endpoint.signature_scheme)
+    if "recovered" not in more and request.GET.get("recovered", "").isdigit():
+        more["recovered"] = int(request.GET["recovered"])  # after recover's redirect
     context = _context(
         request,
         scope,
@@ -271,8 +321,7 @@ def disable(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpRespo
 @_action
 def rotate_secret(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpResponse:
     webhooks.rotate_secret(endpoint, forms.grace(request.POST))
-    secret = shapes.secret_once(endpoint).get("secret")
-    return _endpoint_page(request, scope, endpoint, secret=secret, rotated=True)
+    return _show_new_key(request, scope, endpoint, rotated=True, done="rotated")
 
 
 @_action
@@ -290,7 +339,7 @@ def recover(request: HttpRequest, scope: Scope, endpoint: Endpoint) -> HttpRespo
         errors = {"since": "Give a time from 1970 on, e.g. 2026-05-01T12:00 (UTC)."}
         return _endpoint_page(request, scope, endpoint, recover_errors=errors, status=422)
     queued = webhooks.recover(endpoint, since)
-    return _endpoint_page(request, scope, endpoint, recovered=queued)
+    return _to("page-endpoint", endpoint.pk, status=303, recovered=queued)
 
 
 @_action

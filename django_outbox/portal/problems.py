@@ -39,10 +39,12 @@ class Problem(Exception):
         *,
         errors: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
+        title: str = "",
     ) -> None:
         super().__init__(detail)
         self.kind, self.detail = kind, detail
         self.status, self.title = KINDS[kind]
+        self.title = title or self.title
         self.errors = errors or {}
         self.headers = headers or {}
 

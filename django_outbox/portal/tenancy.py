@@ -13,6 +13,7 @@ unsafe method must then carry the CSRF token.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,13 @@ from django_outbox import conf
 from django_outbox.portal.problems import Problem
 from django_outbox.webhooks import access
 
+logger = logging.getLogger("django_outbox.portal")
+#: What a request without a tenant is told: the tenant's people and scripts read it, so it
+#: names nothing of the application's code (the log says which ways in were tried).
+NOT_SIGNED_IN = (
+    "Not signed in, or the session has ended: open the webhooks page from the application "
+    "again, or send 'Authorization: Bearer <token>' with a token the application gave you."
+)
 #: The session key of a portal session: ``{"tenant": ..., "until": seconds since the epoch}``.
 SESSION_KEY = "django_outbox_portal"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
@@ -58,11 +66,16 @@ def caller(request: HttpRequest) -> Caller:
             )
         if tenant:
             return Caller(tenant, by_cookie=True)
+    logger.info(
+        "portal: %s %s has no tenant: no Authorization header (webhooks.portal_token() makes "
+        "a token), no portal session (a link from webhooks.portal_url() opens one)%s",
+        request.method,
+        request.path,
+        f", and OUTBOX['WEBHOOKS']['PORTAL_TENANT'] ({path}) returned None" if path else "",
+    )
     raise Problem(
         "unauthenticated",
-        "No tenant: send 'Authorization: Bearer <token>' with a token from "
-        "webhooks.portal_token(), or open a link from webhooks.portal_url()"
-        + (", or sign in to the application." if path else "."),
+        NOT_SIGNED_IN,
         headers={"WWW-Authenticate": 'Bearer realm="webhooks"'},
     )
 
@@ -72,13 +85,14 @@ def _bearer(header: str) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(
             "unauthenticated",
-            "The Authorization header must be 'Bearer <token>', with a token from "
-            "webhooks.portal_token().",
+            "The Authorization header must be 'Bearer <token>', with a token the application "
+            "gave you.",
             headers={"WWW-Authenticate": 'Bearer realm="webhooks"'},
         )
     try:
         return access.tenant_of(token.strip(), access.TOKEN_SALT)
     except access.InvalidAccess as exc:
+        logger.info("portal: a bearer token was refused: %s", exc.detail)
         raise Problem(
             "unauthenticated",
             str(exc),

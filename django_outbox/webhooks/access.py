@@ -23,7 +23,16 @@ NAMESPACE = "django_outbox_portal"
 
 
 class InvalidAccess(Exception):
-    """A portal token or link that is not good: tampered with, expired, or not one."""
+    """A portal token or link that is not good: tampered with, expired, or not one.
+
+    Its message is for whoever holds the token (the tenant's people or scripts) and names
+    nothing of the application's; ``detail`` adds what the application's developers need
+    (for the log). ``expired``: it was good once."""
+
+    def __init__(self, message: str, detail: str = "", *, expired: bool = False) -> None:
+        super().__init__(message)
+        self.detail = detail or message
+        self.expired = expired
 
 
 def portal_token(tenant: str, *, expires_in: timedelta | float = timedelta(hours=1)) -> str:
@@ -50,15 +59,19 @@ def tenant_of(token: str, salt: str) -> str:
         claims = signing.loads(token, salt=salt)
     except signing.BadSignature:
         raise InvalidAccess(
-            "The token is not valid: it was changed, cut short, or made with another "
-            "SECRET_KEY. Ask the application for a new one."
+            "The token is not valid: it was changed or cut short. Ask the application for a "
+            "new one.",
+            "the signature does not match: the token was changed, cut short, or signed with "
+            "another SECRET_KEY (or for the other salt: a link is not a token)",
         ) from None
     if not isinstance(claims, dict) or not isinstance(claims.get("t"), str):
         raise InvalidAccess("The token is not a portal token. Ask the application for one.")
     expires = claims.get("x")
     if not isinstance(expires, int | float) or expires <= time.time():
         when = datetime.fromtimestamp(float(expires or 0), UTC).isoformat(timespec="seconds")
-        raise InvalidAccess(f"The token expired at {when}. Ask the application for a new one.")
+        raise InvalidAccess(
+            f"The token expired at {when}. Ask the application for a new one.", expired=True
+        )
     return claims["t"]
 
 

@@ -547,14 +547,15 @@ ENDPOINT_FIELDS = (
 )
 
 
-def endpoint_problems(**fields: Any) -> dict[str, str]:
+def endpoint_problems(*, for_customers: bool = False, **fields: Any) -> dict[str, str]:
     """What is wrong with each of these endpoint fields, by name (empty: nothing is).
 
     The one place an endpoint's fields are checked, field by field, so that the portal
     can say which field was wrong; ``create_endpoint()`` and ``update_endpoint()`` refuse
-    the same values."""
+    the same values. ``for_customers``: the portal's messages, which name no setting of
+    the application's (its log has the full ones)."""
     checks: dict[str, Callable[[Any], object]] = {
-        "url": guard.check_url,
+        "url": functools.partial(guard.check_url, for_customers=for_customers),
         "description": _description,
         "event_types": _filters,
         "timeout": _timeout,

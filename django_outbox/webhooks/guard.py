@@ -117,8 +117,11 @@ MAX_URL_LENGTH = 2048
 _AUTHORITY = re.compile(r"[^:/?#]*:(?://)?([^/?#\\]*)")
 
 
-def check_url(url: str) -> None:
-    """ValidationError unless ``url`` is an http(s) URL that may be delivered to."""
+def check_url(url: str, *, for_customers: bool = False) -> None:
+    """ValidationError unless ``url`` is an http(s) URL that may be delivered to.
+
+    ``for_customers``: the message is for the portal's users, who cannot change the
+    application's settings, so it names none."""
     options = conf.get().WEBHOOKS
     if not isinstance(url, str):
         raise ValidationError(f"An endpoint URL must be a string, not {type(url).__name__}.")
@@ -145,8 +148,9 @@ def check_url(url: str) -> None:
         raise ValidationError(f"{url!r} is not a valid URL ({exc}).", code="invalid") from None
     if scheme == "http" and not options.ALLOW_HTTP:
         raise ValidationError(
-            f"{url!r} uses http://; webhooks need https:// unless "
-            "OUTBOX['WEBHOOKS']['ALLOW_HTTP'] is True."
+            f"{url!r} uses http://; webhooks need https://"
+            + ("." if for_customers else " unless OUTBOX['WEBHOOKS']['ALLOW_HTTP'] is True."),
+            code="insecure",
         )
     # First the address, in whatever notation: the most useful thing to say of it.
     try:
@@ -156,8 +160,12 @@ def check_url(url: str) -> None:
     address = literal_address(host)
     if address is not None and (why := refusal(address, allowed_networks())):
         raise ValidationError(
-            f"{url!r} points at {why}; webhooks go to public addresses only, unless "
-            "OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'] allows it.",
+            f"{url!r} points at {why}; webhooks go to public addresses only"
+            + (
+                "."
+                if for_customers
+                else ", unless OUTBOX['WEBHOOKS']['ALLOWED_NETWORKS'] allows it."
+            ),
             code="unsafe",
         )
     try:
