@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_outbox import conf
@@ -154,11 +153,6 @@ class OutboxBackend(BaseTaskBackend):
                 "job was deleted since."
             )
         return to_task_result(job)
-
-    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        from django_outbox.checks import backend_checks
-
-        return backend_checks(self)
 
     @property
     def settings(self) -> conf.OutboxSettings:

@@ -33,16 +33,13 @@ The settings' ids (E001, E004's "not a dict", E005 to E008) are declared with th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.core import checks
 from django.utils.module_loading import import_string
 
 from django_outbox import conf
-
-if TYPE_CHECKING:
-    from django_outbox.backend import OutboxBackend
 
 #: The OPTIONS a SQLite database shared by web processes and workers needs, all three.
 SQLITE_OPTIONS = (
@@ -189,15 +186,21 @@ def _is_ours(path: Any) -> bool:
     return any(f"{cls.__module__}.{cls.__qualname__}" == OUR_BACKEND for cls in mro)
 
 
+def _our_aliases() -> list[str]:
+    """The TASKS aliases whose backend is django_outbox's."""
+    tasks = getattr(settings, "TASKS", None)
+    return [
+        alias
+        for alias, params in (tasks if isinstance(tasks, dict) else {}).items()
+        if isinstance(params, dict) and _is_ours(params.get("BACKEND"))
+    ]
+
+
 @checks.register()
 def check_backends(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     tasks = getattr(settings, "TASKS", None)
     aliases = tasks if isinstance(tasks, dict) else {}
-    ours = [
-        alias
-        for alias, params in aliases.items()
-        if isinstance(params, dict) and _is_ours(params.get("BACKEND"))
-    ]
+    ours = _our_aliases()
     if not ours:
         default = aliases.get("default")
         found = (isinstance(default, dict) and default.get("BACKEND")) or (
@@ -338,11 +341,16 @@ def check_database(
     return [m for m in mysql_checks(alias, query=True) if m.id == "django_outbox.W006"]
 
 
-def backend_checks(backend: OutboxBackend) -> list[checks.CheckMessage]:
+@checks.register()
+def check_job_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The options of the database the jobs are written to (SQLite's, MariaDB's), when a
+    TASKS backend is django_outbox's (``check_backends`` says so when none is)."""
     from django.db import router
 
     from django_outbox.models import Job
 
+    if not _our_aliases():
+        return []
     alias = router.db_for_write(Job)
     return sqlite_checks(alias) + mysql_checks(alias)
 

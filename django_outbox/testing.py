@@ -24,9 +24,10 @@ from unittest import mock
 from django.utils import timezone
 
 from django_outbox.compat import Task, TaskResult, normalize_json
-from django_outbox.jobs.claim import ClaimedJob, claim
+from django_outbox.jobs.claim import claim
 from django_outbox.jobs.complete import complete
 from django_outbox.jobs.results import to_task_result
+from django_outbox.jobs.types import ClaimedJob
 from django_outbox.models import Job, JobStatus
 
 __all__ = [

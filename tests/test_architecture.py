@@ -121,3 +121,54 @@ def test_a_database_without_a_dialect_is_refused_by_name(settings):
     finally:
         connection.vendor = vendor
     assert dialect("default").vendor == vendor
+
+
+def _cycles(graph) -> list[list[str]]:
+    """The import cycles among the modules of ``graph`` (its strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_product_has_no_import_cycle_not_even_a_deferred_or_type_only_one():
+    grimp = pytest.importorskip("grimp")  # import-linter's, in the dev extra
+    # Every import counts: inside functions and under TYPE_CHECKING as well.
+    graph = grimp.build_graph("django_outbox", exclude_type_checking_imports=False)
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.ImportGraph()
+    for name in ("a", "a.b", "a.c", "a.d"):
+        graph.add_module(name)
+    graph.add_import(importer="a.b", imported="a.c")
+    graph.add_import(importer="a.c", imported="a.b")
+    graph.add_import(importer="a.d", imported="a.b")
+    assert _cycles(graph) == [["a.b", "a.c"]]

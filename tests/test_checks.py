@@ -9,7 +9,6 @@ from django.test import override_settings
 from django_outbox import checks as checks_module
 from django_outbox import conf
 from django_outbox.checks import sqlite_checks
-from django_outbox.compat import task_backends
 from django_outbox.conf import rules
 
 pytestmark = pytest.mark.django_db  # model checks ask SQLite about JSON support
@@ -171,9 +170,20 @@ def test_each_sqlite_warning_has_its_own_hint():
     assert len({m.hint for m in messages}) == 3
 
 
-def test_the_backend_check_reports_the_database_it_uses():
-    # The test settings follow the recommendations, so the backend has nothing to say.
-    assert task_backends["default"].check() == []
+def test_the_job_database_is_checked_while_a_tasks_backend_is_ours(settings, monkeypatch):
+    # The test settings follow the recommendations: nothing to say.
+    assert checks_module.check_job_database() == []
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+        return
+    # The settings as read, without their options (the open connection keeps its own).
+    monkeypatch.setitem(settings.DATABASES["default"], "OPTIONS", {})
+    assert checks_module.check_job_database in checks.registry.registry.registered_checks
+    said = [m.id for m in checks_module.check_job_database()]
+    assert said == [f"django_outbox.W00{n}" for n in (1, 2, 3)]
+    # No backend of ours: the job database is nobody's worry (E010 says so instead).
+    immediate = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    with override_settings(TASKS=immediate):
+        assert checks_module.check_job_database() == []
 
 
 def wake_errors():

@@ -235,7 +235,7 @@ def test_after_heartbeats_failed_only_results_still_leased_are_written(run_worke
     kept, taken = tasks.add.enqueue(1, 1), tasks.add.enqueue(2, 2)
     worker = Worker(queues=["default"])
     from django_outbox.jobs.claim import claim
-    from django_outbox.jobs.complete import Outcome
+    from django_outbox.jobs.types import Outcome
 
     claimed = claim(worker.id, ["default"], 2, 30)
     # The database was away longer than a lease; another worker took one job back.

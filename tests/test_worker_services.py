@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_outbox import conf
 from django_outbox.jobs.claim import claim
-from django_outbox.jobs.complete import Outcome
+from django_outbox.jobs.types import Outcome
 from django_outbox.models import Job, JobStatus
 from django_outbox.wake import Wake, notify
 from django_outbox.wake.notify import Coalescer

@@ -27,7 +27,7 @@ import logging
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -38,6 +38,7 @@ from django.utils import timezone
 from django_outbox import conf, ratelimits
 from django_outbox.db import dialect, named
 from django_outbox.jobs.returning import column, returned_values
+from django_outbox.jobs.types import Claimed, ClaimedJob
 from django_outbox.models import Job, JobStatus
 from django_outbox.ratelimits import Rate
 
@@ -71,54 +72,8 @@ RETURNED_FIELDS = (
 )
 
 
-@dataclass(slots=True)
-class ClaimedJob:
-    """What a worker needs to run a job and record its outcome, without another query."""
-
-    id: int
-    #: With ``id``, the job's result id (lib/resultids.py).
-    token: int
-    backend: str
-    queue: str
-    task_path: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    priority: int
-    run_at: datetime
-    #: The ``run_after`` it was enqueued with (None: as soon as possible).
-    run_after: datetime | None
-    attempts: int
-    max_attempts: int
-    timeout: float | None
-    backoff_base: float
-    backoff_cap: float
-    worker_ids: list[str]
-    errors: list[dict[str, str]]
-    enqueued_at: datetime
-    started_at: datetime
-    #: The enqueue's trace context (OpenTelemetry), when it was traced.
-    trace_context: dict[str, str] | None
-    #: The workflow the job is a step of (django_outbox.workflows), if any.
-    workflow_id: int | None
-    #: A step waiting for others: what it takes of their results (models.Receives); None
-    #: for any other job.
-    receives: int | None
-    #: The job's concurrency or sequence key (jobs/keys.py), if any.
-    limit_key: str | None
-    last_attempted_at: datetime
-
-
 # A claim builds ClaimedJob from the returned columns by position.
 assert [f.name for f in fields(ClaimedJob)] == [*RETURNED_FIELDS, "last_attempted_at"]
-
-
-@dataclass(slots=True)
-class Claimed:
-    """What one claim took, and what rate limits held back."""
-
-    jobs: list[ClaimedJob]
-    #: Seconds until a rate-limited queue that got no token now has one: look again then.
-    retry_in: float | None = None
 
 
 def claim(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,78 +19,12 @@ from django.utils import timezone
 from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import NO_VALUE, among, array_literal, per_row, postgres_array
 from django_outbox.jobs import backoff, keys, sidewrites, steps
-from django_outbox.jobs.claim import ClaimedJob
 from django_outbox.jobs.handoff import Handoff
 from django_outbox.jobs.returning import column
+from django_outbox.jobs.types import Outcome
 from django_outbox.models import Job, JobStatus
 
 logger = logging.getLogger("django_outbox.worker")
-
-
-@dataclass(slots=True)
-class Outcome:
-    """How one run ended, as the executor classified it."""
-
-    job: ClaimedJob
-    succeeded: bool
-    return_value: Any = None
-    error: dict[str, str] | None = None
-    finished_at: datetime = field(default_factory=timezone.now)
-    #: When the task asked to run again (RetryAt); None: the backoff schedule decides.
-    retry_at: datetime | None = None
-    #: The task said another attempt cannot help (PermanentFailure).
-    final: bool = False
-    #: The run stopped after someone asked it to: the job ends as cancelled.
-    cancelled: bool = False
-    #: A rate limit held the run back (RateLimited): the job is queued again for this
-    #: time, the run not counted as an attempt.
-    held_until: datetime | None = None
-    #: With ``held_until``: the job's keyword arguments from now on (None: unchanged).
-    new_kwargs: dict[str, Any] | None = None
-    #: The TaskResult the run was started with (sent with task_started), if it got one.
-    result: Any = None
-    #: What the run handed to ``sidewrites.defer``: written in the outcome's transaction.
-    writes: list[tuple[sidewrites.Writer, Any]] = field(default_factory=list)
-
-    @property
-    def held(self) -> bool:
-        """A rate limit held the run back: it goes back to the queue, not an attempt."""
-        return self.held_until is not None and not self.succeeded and not self.cancelled
-
-    @property
-    def will_retry(self) -> bool:
-        return (
-            not self.succeeded
-            and not self.final
-            and not self.cancelled
-            and not self.held
-            and self.job.attempts < self.job.max_attempts
-        )
-
-    @property
-    def status(self) -> JobStatus:
-        """The job's status once this outcome is written: the one place a run's end is
-        classified (queued again for a hold-back or a retry)."""
-        if self.held:
-            return JobStatus.QUEUED
-        if self.succeeded:
-            return JobStatus.SUCCEEDED
-        if self.cancelled:
-            return JobStatus.CANCELLED
-        return JobStatus.QUEUED if self.will_retry else JobStatus.FAILED
-
-    @property
-    def ends_job(self) -> bool:
-        """The job ends with this run: it succeeded, failed for good or was cancelled."""
-        return self.status in _ENDED
-
-    @property
-    def errors(self) -> list[dict[str, str]]:
-        """The job's error list after this run."""
-        return self.job.errors + ([self.error] if self.error else [])
-
-
-_ENDED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 def next_run_at(outcome: Outcome) -> datetime:

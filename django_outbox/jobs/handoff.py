@@ -26,13 +26,13 @@ from django_outbox.db import dialect, named
 from django_outbox.db.rowvalues import among
 from django_outbox.jobs.claim import (
     RETURNED_FIELDS,
-    ClaimedJob,
     claimed_jobs,
     claimed_params,
     set_claimed,
     set_claimed_when,
 )
 from django_outbox.jobs.returning import column
+from django_outbox.jobs.types import ClaimedJob
 from django_outbox.models import Job, JobStatus
 
 

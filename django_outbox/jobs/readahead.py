@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from django_outbox.jobs.claim import ClaimedJob
+from django_outbox.jobs.types import ClaimedJob
 
 _thread = threading.local()
 

@@ -14,15 +14,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from django_outbox.jobs.complete import Outcome
-
-#: Writes a batch of items inside the transaction that stores their jobs' outcomes, and
-#: returns what to do once that transaction is over (signals, advice to other tables), if
-#: anything. (Not ``transaction.on_commit``: in a test's transaction that never runs.)
-Writer = Callable[[list[Any]], "Callable[[], None] | None"]
+from django_outbox.jobs.types import Outcome, Writer
 
 _running = threading.local()
 

@@ -11,16 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
-
-from django.conf import settings
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
 from django_outbox import conf
 from django_outbox.db import dialect
 from django_outbox.wake.base import Sender, Statement, Wake, Waker
 from django_outbox.wake.polling import PollingWaker
+from django_outbox.wake.senders import build_sender, redis_configured
 
 __all__ = [
     "Sender",
@@ -33,11 +29,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_outbox.wake")
-
-
-def redis_configured(alias: str) -> bool:
-    backend = str(getattr(settings, "CACHES", {}).get(alias, {}).get("BACKEND", ""))
-    return backend.startswith("django_redis.")
 
 
 def choice_reason(using: str) -> str:
@@ -54,40 +45,6 @@ def choice_reason(using: str) -> str:
         else f"no django-redis cache CACHES[{alias!r}]"
     )
     return f"WAKE='auto': database {using!r} has {database}, {cache}"
-
-
-class _Both(Sender):
-    name = "postgres+redis"
-
-    def __init__(self, senders: list[Sender]) -> None:
-        self.senders = senders
-
-    def send(self, queues: dict[str, float]) -> None:
-        for sender in self.senders:
-            try:
-                sender.send(queues)
-            except Exception as exc:
-                logger.warning("wake-up through %s failed (%s)", sender.name, exc)
-
-
-def build_sender(using: str) -> Sender | None:
-    """The sender for commits on database ``using``, or None when nobody listens."""
-    options = conf.get()
-    senders: list[Sender] = []
-    if options.WAKE in ("postgres", "auto") and dialect(using).listen_notify:
-        # Imported only here: psycopg is an optional dependency.
-        from django_outbox.wake.postgres import PostgresSender
-
-        senders.append(PostgresSender(using))
-    if options.WAKE == "redis" or (
-        options.WAKE == "auto" and redis_configured(options.REDIS_ALIAS)
-    ):
-        from django_outbox.wake.redis import RedisSender
-
-        senders.append(RedisSender(options.REDIS_ALIAS, using))
-    if not senders:
-        return None
-    return senders[0] if len(senders) == 1 else _Both(senders)
 
 
 def build_waker(
@@ -134,11 +91,3 @@ def build_waker(
     polling = PollingWaker(queues, stop)
     polling.start()
     return polling
-
-
-@receiver(setting_changed)
-def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("OUTBOX", "CACHES", "DATABASES"):
-        from django_outbox.wake import notify
-
-        notify.reset()

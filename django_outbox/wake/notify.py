@@ -16,10 +16,14 @@ import logging
 import threading
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections, transaction
+from django.dispatch import receiver
 
 from django_outbox.wake.base import Sender
+from django_outbox.wake.senders import build_sender
 
 logger = logging.getLogger("django_outbox.wake")
 
@@ -76,8 +80,6 @@ _coalescers_lock = threading.Lock()
 
 
 def coalescer_for(using: str) -> Coalescer | None:
-    from django_outbox.wake import build_sender
-
     with _coalescers_lock:
         if using not in _coalescers:
             sender = build_sender(using)
@@ -91,6 +93,12 @@ def reset() -> None:
     """Forget the senders (settings changed)."""
     with _coalescers_lock:
         _coalescers.clear()
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("OUTBOX", "CACHES", "DATABASES"):
+        reset()
 
 
 def notify_on_commit(due: Iterable[tuple[str, datetime]], using: str) -> None:

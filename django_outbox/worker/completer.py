@@ -20,9 +20,8 @@ from django.utils import timezone
 from django_outbox import telemetry
 from django_outbox.exceptions import ResultNotStored
 from django_outbox.jobs import complete, leases
-from django_outbox.jobs.claim import ClaimedJob
-from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.handoff import Handoff
+from django_outbox.jobs.types import ClaimedJob, Outcome
 from django_outbox.models import JobStatus
 from django_outbox.worker.database import Database
 from django_outbox.worker.executor import error_record, send_finished

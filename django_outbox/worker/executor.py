@@ -26,11 +26,10 @@ from django_outbox.compat import (
 )
 from django_outbox.exceptions import Cancelled, PermanentFailure, RateLimited, RetryAt
 from django_outbox.jobs import ratekeys, sidewrites, steps
-from django_outbox.jobs.claim import ClaimedJob
-from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.jsonvalues import storable_problem
 from django_outbox.jobs.observers import heard
 from django_outbox.jobs.results import build_result, resolve_task, task_as_enqueued, task_errors
+from django_outbox.jobs.types import ClaimedJob, Outcome
 from django_outbox.lib.resultids import result_id
 from django_outbox.models import JobStatus
 from django_outbox.task import OutboxTask

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from django_outbox.wake import Wake
 
 if TYPE_CHECKING:
-    from django_outbox.jobs.complete import Outcome
+    from django_outbox.jobs.types import Outcome
 
 
 class Inbox:

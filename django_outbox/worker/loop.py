@@ -35,8 +35,8 @@ from django_outbox.db import dialect
 from django_outbox.db.routing import database_of, serving
 from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
-from django_outbox.jobs.complete import Outcome
 from django_outbox.jobs.handoff import Handoff
+from django_outbox.jobs.types import Outcome
 from django_outbox.lib import text
 from django_outbox.models import Job
 from django_outbox.wake import Wake, Waker, build_waker, choice_reason, notify

@@ -19,8 +19,7 @@ from itertools import islice
 from django.db import connections
 
 from django_outbox.jobs import readahead
-from django_outbox.jobs.claim import ClaimedJob
-from django_outbox.jobs.complete import Outcome
+from django_outbox.jobs.types import ClaimedJob, Outcome
 from django_outbox.lib import text
 from django_outbox.worker.executor import execute
 from django_outbox.worker.inbox import Inbox

@@ -31,9 +31,10 @@ from django_outbox.models import (
     WorkflowStatus,
     WorkflowStep,
 )
-from django_outbox.workflows.building import Plan, Step, checked_elements
+from django_outbox.workflows.building import Step, checked_elements
+from django_outbox.workflows.plan import Plan
 from django_outbox.workflows.runs import Run, WorkflowDoesNotExist
-from django_outbox.workflows.writing import key_held, unique_keys
+from django_outbox.workflows.writing import key_held, unique_keys, write
 
 
 class BatchClosed(OutboxError):
@@ -59,8 +60,6 @@ class Batch:
         """Write the batch in the current transaction; its run's id names it to
         ``add_to_batch()``. Its result is ``on_complete``'s, else ``on_success``'s, else the
         list of its first members' results."""
-        from django_outbox.workflows.writing import write
-
         plan = Plan()
         members = [plan.add(step, [], Receives.NOTHING) for step in self.members]
         callbacks = []

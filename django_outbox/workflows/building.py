@@ -8,32 +8,15 @@ what comes next: a step's or a chain's as one value, a group's as a list in orde
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from django_outbox.compat import Task
 from django_outbox.jobs.enqueue import json_arguments
 from django_outbox.models import Receives
-
-if TYPE_CHECKING:
-    from django_outbox.workflows.runs import Run
-
-
-@dataclass(slots=True)
-class Node:
-    step: Step
-    #: Positions of the steps it waits for, in the order their results reach it.
-    parents: list[int]
-    receives: Receives
-
-
-@dataclass(slots=True)
-class Plan:
-    nodes: list[Node] = field(default_factory=list)
-
-    def add(self, step: Step, parents: list[int], receives: Receives) -> int:
-        self.nodes.append(Node(step, parents, receives))
-        return len(self.nodes) - 1
+from django_outbox.workflows.plan import Plan, PlannedStep
+from django_outbox.workflows.runs import Run
+from django_outbox.workflows.writing import write
 
 
 class Element(Protocol):
@@ -43,38 +26,14 @@ class Element(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class Step(PlannedStep):
     """One task call in a workflow, with its task's options (queue, priority, retries,
-    timeout, limits). Made by ``step()``."""
-
-    task: Task
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    #: Runs once the steps it waits for have ended, whether they succeeded or not.
-    run_always: bool = False
-    #: Takes the previous step's result as its first argument, in a chain or chord.
-    takes_result: bool = True
-
-    def always(self) -> Step:
-        """This step runs once the steps it waits for have ended, even if they failed
-        (a clean-up step)."""
-        return replace(self, run_always=True)
-
-    def immutable(self) -> Step:
-        """This step takes no result from the step before it in a chain or chord: it gets
-        its own arguments only."""
-        return replace(self, takes_result=False)
-
-    def place(self, plan: Plan, after: list[int], passing: Receives) -> tuple[list[int], Receives]:
-        receives = passing if after and self.takes_result else Receives.NOTHING
-        return [plan.add(self, after, receives)], Receives.ONE
+    timeout, limits). Made by ``step()``; ``.always()`` and ``.immutable()`` return a
+    changed copy."""
 
     def enqueue(self, name: str = "") -> Run:
         """Enqueue this one step as a workflow of its own."""
         return chain(self).enqueue(name)
-
-    def __str__(self) -> str:
-        return self.task.name
 
 
 def step(task: Task, *args: Any, **kwargs: Any) -> Step:
@@ -104,8 +63,6 @@ class Composite:
     def enqueue(self, name: str = "") -> Run:
         """Write this workflow in the current transaction (a rollback leaves nothing) and
         return its run (``.id``, ``.status``)."""
-        from django_outbox.workflows.writing import write
-
         plan = Plan()
         exits, shape = self.place(plan, [], Receives.NOTHING)
         return write(plan, exits, shape == Receives.LIST, name)
@@ -229,8 +186,6 @@ class Workflow:
     def enqueue(self, name: str = "") -> Run:
         """Write the workflow in the current transaction; its result is its last step's
         (the one no other step waits for), or a list of them in order if several."""
-        from django_outbox.workflows.writing import write
-
         if not self._plan.nodes:
             raise ValueError("this workflow has no steps: add() some first")
         waited_for = {p for node in self._plan.nodes for p in node.parents}

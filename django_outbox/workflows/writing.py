@@ -5,6 +5,8 @@ path, jobs/enqueue.py), their step rows and their edges; one INSERT per table fo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
@@ -16,7 +18,7 @@ from django_outbox.jobs.enqueue import CHUNK_SIZE, build_jobs, insert_steps
 from django_outbox.lib.collector import collector_paused
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
 from django_outbox.task import OutboxTask
-from django_outbox.workflows.building import Plan, Step
+from django_outbox.workflows.plan import Plan, PlannedStep
 from django_outbox.workflows.runs import Run, run_of
 
 
@@ -64,7 +66,7 @@ def key_held(keys: list[str | None], what: str) -> UniqueKeyHeld:
     )
 
 
-def unique_keys(steps: list[Step]) -> list[str | None]:
+def unique_keys(steps: Sequence[PlannedStep]) -> list[str | None]:
     """Each step's unique key (None for a task without one); two steps with the same key
     are an error."""
     keys: list[str | None] = []
