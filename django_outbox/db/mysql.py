@@ -32,6 +32,7 @@ class MariaDB(Dialect):
     active_dedup_column = "dedup_active"
     failed_finished_column = "failed_at"
     keyed_status_column = "limit_status"
+    finished_status_column = "finished_status"
 
     def deadlock(self, exc: BaseException) -> bool:
         return bool(exc.args) and exc.args[0] == DEADLOCK
