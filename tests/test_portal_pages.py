@@ -218,3 +218,13 @@ def test_recovering_redirects_so_a_reload_sends_nothing_again(browser):
     jobs = Job.objects.count()
     browser.get(answer["Location"])  # a reload is a GET: nothing is queued again
     assert Job.objects.count() == jobs
+
+
+def test_a_secret_not_fetched_soon_after_its_redirect_is_not_shown_later(browser, monkeypatch):
+    from django_outbox.portal import pages
+
+    endpoint = webhooks.create_endpoint(URL, tenant="acme")
+    monkeypatch.setattr(pages, "SHOW_SECRET_SECONDS", -1)  # as if the redirect waited
+    late = post(browser, f"/webhooks/endpoints/{endpoint.pk}/rotate-secret/", {})
+    endpoint.refresh_from_db()
+    assert endpoint.secret.encode() not in browser.get(late["Location"]).content

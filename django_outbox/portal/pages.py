@@ -11,6 +11,7 @@ middleware). Themes: override the template ``django_outbox/portal/theme.html``.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -57,8 +58,11 @@ DONE = {
     "rotated": "Rotated: a new key signs from now on.",
 }
 #: The session key that asks an endpoint's next page to show its new secret, once:
-#: ``{"endpoint": pk, "rotated": bool}``. The secret itself stays in the endpoint's row.
+#: ``{"endpoint": pk, "rotated": bool, "until": seconds since the epoch}``. The secret
+#: itself stays in the endpoint's row.
 SHOW_SECRET = "django_outbox_portal_show_secret"
+#: How long that mark waits for its redirect to be followed.
+SHOW_SECRET_SECONDS = 300
 
 
 def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -212,7 +216,8 @@ def _show_new_key(
         return _endpoint_page(
             request, scope, endpoint, secret=secret, rotated=rotated, done=DONE[done]
         )
-    session[SHOW_SECRET] = {"endpoint": endpoint.pk, "rotated": rotated}
+    until = time.time() + SHOW_SECRET_SECONDS
+    session[SHOW_SECRET] = {"endpoint": endpoint.pk, "rotated": rotated, "until": until}
     return _to("page-endpoint", endpoint.pk, done=done, status=303)
 
 
@@ -224,6 +229,8 @@ def _new_key_shown(request: HttpRequest, endpoint: Endpoint) -> dict[str, Any]:
     if not isinstance(asked, dict) or asked.get("endpoint") != endpoint.pk:
         return {}
     del session[SHOW_SECRET]  # type: ignore[union-attr]
+    if asked.get("until", 0) < time.time():  # the redirect was not followed then
+        return {}
     return {"secret": shapes.secret_once(endpoint).get("secret"), "rotated": asked["rotated"]}
 
 
