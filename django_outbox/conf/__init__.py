@@ -5,6 +5,9 @@ once and cached, and the cache resets under ``override_settings``.
 
 Each group of settings (``OUTBOX`` itself, ``OUTBOX["WEBHOOKS"]``, a queue's limits …)
 names the system check that reports its problems, in its ``check_id``.
+
+One module over 400 lines: every setting is declared here and nowhere else, so that
+docs/settings.md, the checks and the code read one list.
 """
 
 from __future__ import annotations

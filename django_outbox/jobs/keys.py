@@ -301,8 +301,8 @@ def _oldest_held(using: str, free: dict[str, int]) -> list[tuple[int, str, datet
     held = f"{dialect(using).keyed_status_column} = '{JobStatus.HELD.value}'"
     statements: list[tuple[str, list[Any]]] = []
     # The oldest held job of each key with one turn free (most keys, most of the time):
-    # one statement reading one index entry per key. A UNION of 500 branches took MariaDB
-    # 30 ms and SQLite 4 ms; the keys that want more, branch by branch below.
+    # one statement reading one index entry per key (a UNION of a branch a key, each a
+    # seek); the keys that want more, branch by branch below.
     ones = [key for key, count in free.items() if count == 1]
     free = {key: count for key, count in free.items() if count != 1}
     if ones:
@@ -426,8 +426,8 @@ def held_behind_running(queues: list[str], backend: str = "default") -> bool:
     gives it its turn). For a burst worker deciding whether to leave.
 
     Two reads, each as long as the running jobs are many: their keys (by the status's
-    index), then a seek in each key's own index entries. (As one IN subquery, MariaDB read
-    every keyed job's index entry: 20 ms at 100,000 held jobs, growing with them.)"""
+    index), then a seek in each key's own index entries. (As one IN subquery, MariaDB
+    reads every keyed job's index entry, a cost that grows with the held jobs.)"""
     using = router.db_for_write(Job)
     running = list(
         Job.objects.using(using)

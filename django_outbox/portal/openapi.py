@@ -3,6 +3,9 @@
 method of ``urls.py`` is described).
 
 Each shape's fields follow ``shapes.py``; responses list every problem a route can answer.
+
+One module over 400 lines: the document is one tree, and each route's parameters, bodies
+and answers are written beside the shapes they name, as the API's readers meet them.
 """
 
 from __future__ import annotations

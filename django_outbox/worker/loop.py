@@ -12,8 +12,7 @@ The loop waits on the inbox until news comes (an outcome, a signal) or a service
 falls due; it holds no SQL and makes no decision a service owns.
 
 One module over 400 lines: the loop and its start and stop (registering, listening,
-draining, the stop summary) share the worker's state; #38 plans to hand its services
-fewer callbacks, which will shorten it.
+draining, the stop summary) share the worker's state.
 """
 
 from __future__ import annotations
