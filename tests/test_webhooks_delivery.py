@@ -495,8 +495,7 @@ def test_a_success_resets_the_failure_count(receiver, webhook_worker):
 def test_two_workers_never_send_the_same_delivery_at_the_same_time(receiver, webhook_worker):
     receiver.script("/hook", Answer(200, delay=0.2))
     Endpoint.objects.bulk_create(
-        Endpoint(url=receiver.url(), secret=webhooks.api.signing.generate_secret())
-        for _ in range(20)
+        Endpoint(url=receiver.url(), secret=webhooks.signing.generate_secret()) for _ in range(20)
     )
     message = webhooks.send("invoice.paid", {"id": 1})
     webhook_worker(concurrency=8)
@@ -526,7 +525,7 @@ def test_a_claimed_batch_shares_its_lookups_and_writes_and_so_do_its_retries(
     for i in range(count):  # each fails once, then succeeds
         receiver.script(f"/hook/{i}", Answer(500), Answer(200))
     Endpoint.objects.bulk_create(
-        Endpoint(url=receiver.url(f"/hook/{i}"), secret=webhooks.api.signing.generate_secret())
+        Endpoint(url=receiver.url(f"/hook/{i}"), secret=webhooks.signing.generate_secret())
         for i in range(count)
     )
     message = webhooks.send("invoice.paid", {"id": 1})
@@ -554,7 +553,7 @@ def test_first_attempts_queued_behind_the_threads_are_loaded_ahead_by_those_befo
 ):
     count = 60
     Endpoint.objects.bulk_create(
-        Endpoint(url=receiver.url(f"/many/{i}"), secret=webhooks.api.signing.generate_secret())
+        Endpoint(url=receiver.url(f"/many/{i}"), secret=webhooks.signing.generate_secret())
         for i in range(count)
     )
     message = webhooks.send("invoice.paid", {"id": 1})
@@ -661,9 +660,7 @@ def test_a_stale_run_never_undoes_what_a_newer_run_wrote():
 
 def test_an_endpoint_url_no_request_can_go_to_fails_at_once(webhook_worker):
     # Stored past the checks (a raw insert, an old row): no later attempt could send it.
-    Endpoint.objects.create(
-        url="ftp://example.com/hook", secret=webhooks.api.signing.generate_secret()
-    )
+    Endpoint.objects.create(url="ftp://example.com/hook", secret=webhooks.signing.generate_secret())
     message = webhooks.send("invoice.paid", {"id": 1})
     webhook_worker()
     (delivery,) = settled(message)
@@ -699,7 +696,7 @@ def test_each_worker_thread_sends_through_its_own_connections():
 def test_a_delivery_to_an_endpoint_disabled_since_it_was_sent_says_why(webhook_worker):
     endpoint = webhooks.create_endpoint("https://hooks.example.com/in")
     message = webhooks.send("invoice.paid", {"id": 1})
-    webhooks.api.disable(endpoint, "in the admin by alice")
+    webhooks.disable(endpoint, "in the admin by alice")
     webhook_worker()
     (delivery,) = settled(message)
     (attempt,) = attempts_of(delivery)

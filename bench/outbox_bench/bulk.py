@@ -30,8 +30,7 @@ from django.db import connection, transaction
 import django_outbox
 from django_outbox import webhooks, workflows
 from django_outbox.models import Delivery, Job, Message, Workflow, WorkflowEdge, WorkflowStep
-from django_outbox.webhooks.api import DELIVER_TASK
-from django_outbox.webhooks.fanout import DEDUP_PREFIX
+from django_outbox.webhooks.fanout import DEDUP_PREFIX, DELIVER_TASK
 from outbox_bench import webhooks as hooks
 from outbox_bench.depth import (
     ENQUEUE_CHUNK,

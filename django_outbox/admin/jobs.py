@@ -33,7 +33,7 @@ from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Job, JobStatus, ScheduleState, Worker
 from django_outbox.models.jobs import TURN_STATUSES
 from django_outbox.task import SEQUENCE_PREFIX
-from django_outbox.webhooks.api import DELIVER_TASK
+from django_outbox.webhooks.fanout import DELIVER_TASK
 
 #: The job page's sections that only some jobs have.
 WHY_WAITING = "Why is it waiting?"

@@ -1,5 +1,5 @@
 """What a request's body may hold: a JSON object whose fields are checked by type here, and
-by value where the webhooks' Python API checks them (``webhooks.api.endpoint_problems``),
+by value where the webhooks' Python API checks them (``webhooks.endpoints.endpoint_problems``),
 so the portal and ``create_endpoint()`` refuse the same values. Every refusal is a problem
 that names the fields; nothing is written before the whole body is good.
 
@@ -19,7 +19,7 @@ from django.http import HttpRequest
 
 from django_outbox.portal.params import moment
 from django_outbox.portal.problems import Problem
-from django_outbox.webhooks import api
+from django_outbox.webhooks import endpoints, values
 
 logger = logging.getLogger("django_outbox.portal")
 
@@ -117,26 +117,26 @@ def endpoint_fields(request: HttpRequest, *, creating: bool) -> dict[str, Any]:
 
 
 def endpoint_problems(fields: dict[str, Any]) -> dict[str, str]:
-    """``api.endpoint_problems`` in the customers' terms (no setting of the application's
+    """``endpoints.endpoint_problems`` in the customers' terms (no setting of the application's
     named); a refused URL's full message, which says which setting would allow it, goes to
     the log for the application's developers."""
-    problems = api.endpoint_problems(for_customers=True, **fields)
+    problems = endpoints.endpoint_problems(for_customers=True, **fields)
     if "url" in problems:
         logger.info(
             "portal: an endpoint URL was refused: %s",
-            api.endpoint_problems(url=fields["url"]).get("url", problems["url"]),
+            endpoints.endpoint_problems(url=fields["url"]).get("url", problems["url"]),
         )
     return problems
 
 
 def grace(request: HttpRequest) -> timedelta | None:
     """``{"grace_seconds": n}``: how long the old secret keeps signing (absent: the default)."""
-    rule = Field(NUMBER, f"a number of seconds from 0 to {api.MAX_GRACE.days * 86400}")
+    rule = Field(NUMBER, f"a number of seconds from 0 to {values.MAX_GRACE.days * 86400}")
     body = checked(json_object(request), {"grace_seconds": rule})
     if "grace_seconds" not in body:
         return None
     seconds = body["grace_seconds"]
-    if not 0 <= seconds <= api.MAX_GRACE.total_seconds():
+    if not 0 <= seconds <= values.MAX_GRACE.total_seconds():
         raise invalid({"grace_seconds": f"Must be {rule.says}, not {seconds!r}."})
     return timedelta(seconds=seconds)
 

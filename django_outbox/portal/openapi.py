@@ -17,7 +17,7 @@ from typing import Any
 from django_outbox.models import DeliveryStatus, SignatureScheme
 from django_outbox.portal.params import MAX_ID, MAX_PAGE_SIZE
 from django_outbox.webhooks import headers
-from django_outbox.webhooks.api import EVENT_TYPE, MAX_GRACE, PATTERN
+from django_outbox.webhooks.values import EVENT_TYPE, MAX_GRACE, PATTERN
 
 VERSION = "1"
 #: Where the test project (and docs/portal.md) mounts the portal.

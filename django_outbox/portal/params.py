@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.utils.dateparse import parse_datetime
 
 from django_outbox.portal.problems import Problem
-from django_outbox.webhooks.api import EVENT_TYPE
+from django_outbox.webhooks.values import EVENT_TYPE
 
 Parser = Callable[[str], Any]
 #: Rows a page holds unless ``limit`` says otherwise, and the most it may say.

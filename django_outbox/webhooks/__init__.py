@@ -11,24 +11,23 @@ with transaction.atomic():
 from __future__ import annotations
 
 from django_outbox.webhooks.access import portal_token, portal_url
-from django_outbox.webhooks.api import (
+from django_outbox.webhooks.catalogue import EventType, event_types
+from django_outbox.webhooks.endpoints import (
     create_endpoint,
     disable,
     enable,
-    public_key,
-    recover,
-    replay,
-    resend,
-    rotate_secret,
-    send,
-    send_test,
     set_rate_limit,
-    signature_schemes,
     update_endpoint,
+)
+from django_outbox.webhooks.operations import recover, replay, resend, send_test
+from django_outbox.webhooks.secrets import (
+    public_key,
+    rotate_secret,
+    signature_schemes,
     verification_key,
     verify,
 )
-from django_outbox.webhooks.catalogue import EventType, event_types
+from django_outbox.webhooks.sending import send
 from django_outbox.webhooks.signing import VerificationError
 
 __all__ = [

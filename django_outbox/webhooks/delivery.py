@@ -21,7 +21,7 @@ from django_outbox.exceptions import EndpointDisabled, PermanentFailure, RateLim
 from django_outbox.jobs import readahead, sidewrites
 from django_outbox.lib import text
 from django_outbox.models import Attempt, Delivery, DeliveryStatus
-from django_outbox.webhooks import api, attempts, http, policy, recording, signing
+from django_outbox.webhooks import attempts, fanout, http, policy, recording, secrets, signing
 from django_outbox.webhooks.batching import Batcher, ReadAhead
 from django_outbox.webhooks.policy import Decision, Verdict
 
@@ -182,7 +182,7 @@ def log_interrupted(delivery: Delivery, first: int, earlier: Earlier) -> int:
 def _first_attempts_ahead() -> list[int]:
     """The deliveries of the first attempts queued behind this run on its worker."""
     ahead = []
-    for job in readahead.upcoming(api.DELIVER_TASK, conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE):
+    for job in readahead.upcoming(fanout.DELIVER_TASK, conf.get().WEBHOOKS.LOOKUP_BATCH_SIZE):
         if job.attempts == 1:
             delivery_id = job.args[0] if job.args else job.kwargs.get("delivery_id")
             if isinstance(delivery_id, int):
@@ -241,7 +241,7 @@ def _attempt(delivery: Delivery) -> http.Response:
     body = message.body.encode()
     try:
         signed = signing.headers(
-            api.signing_secrets(endpoint, now), message.uid, int(now.timestamp()), body
+            secrets.signing_secrets(endpoint, now), message.uid, int(now.timestamp()), body
         )
     except signing.SchemeUnavailable as exc:
         # Retried on the schedule: installing the package on the workers mends it.

@@ -3,7 +3,7 @@ statements however many endpoints match (the rows never travel to Python and bac
 
 Event-type patterns are matched in SQL, spelled by the database's dialect
 (``Dialect.event_type_matches``): case-sensitively, ``*`` the only wildcard (see
-``api.PATTERN``).
+``values.PATTERN``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from django_outbox.jobs import dedup, keys
 from django_outbox.jobs.enqueue import enqueue_select
 from django_outbox.models import Delivery, DeliveryStatus, Endpoint, Job
 from django_outbox.task import SEQUENCE_PREFIX
+
+#: The task a delivery's job runs (webhooks/tasks.py): its path, as written into each job row.
+DELIVER_TASK = "django_outbox.webhooks.tasks.deliver"
 
 #: The job of a delivery carries this dedup key, so a delivery has one active job at most.
 DEDUP_PREFIX = "outbox.delivery:"
