@@ -22,6 +22,7 @@ from django_outbox.jobs.complete import Outcome, complete
 from django_outbox.jobs.handoff import Handoff
 from django_outbox.lib.resultids import parse_result_id
 from django_outbox.models import Job, JobStatus
+from django_outbox.worker.events import Event, Handed
 from django_outbox.worker.loop import Worker, WorkerStats
 from tests.conftest import stop_pool
 from tests.models import Execution
@@ -112,13 +113,14 @@ def test_a_sequence_runs_back_to_back_on_one_worker_handed_on_not_claimed(
         in_sequence.enqueue(34, n)
     worker = Worker(queues=["default"], concurrency=1, burst=True)
     handed: list[int] = []
-    hand_on = worker.producer.handed
+    post = worker.completer.post
 
-    def counting(jobs: list[Any]) -> None:
-        handed.extend(job.id for job in jobs)
-        hand_on(jobs)
+    def counting(event: Event) -> None:
+        if isinstance(event, Handed):
+            handed.extend(job.id for job in event.jobs)
+        post(event)
 
-    worker.completer.handed = counting
+    worker.completer.post = counting
     try:
         stats = worker.run()
     finally:

@@ -162,7 +162,7 @@ DATABASES = {{"default": {{
 def test_the_settings_line_masks_what_looks_secret():
     from django.test import override_settings
 
-    from django_outbox.worker.loop import describe_settings
+    from django_outbox.worker.report import describe_settings
 
     outbox = {"HEALTH": {"TOKEN": "s3cret-probe-token"}, "WEBHOOKS": {"ALLOW_HTTP": True}}
     with override_settings(OUTBOX=outbox):

@@ -22,6 +22,7 @@ from django_outbox.wake.redis import RedisWaker, key_for
 from django_outbox.worker import Worker
 from django_outbox.worker.completer import Completer
 from django_outbox.worker.database import Database
+from django_outbox.worker.events import FoundWork, Requeued, SlotsFreed
 from django_outbox.worker.inbox import Inbox
 from django_outbox.worker.listener import Listener
 from django_outbox.worker.maintenance import Maintenance
@@ -197,7 +198,7 @@ def test_a_signal_that_comes_while_the_producer_has_no_room_leads_to_a_claim_lat
 # -- the completer -----------------------------------------------------------------------
 
 
-def completer_for(limited: set[str], requeued: list, freed: list) -> Completer:
+def completer_for(limited: set[str], posted: list) -> Completer:
     stats = WorkerStats()
     return Completer(
         "w-completer",
@@ -205,14 +206,13 @@ def completer_for(limited: set[str], requeued: list, freed: list) -> Completer:
         stats,
         30.0,
         limited_queues=limited,
-        requeued=lambda when, held: requeued.append(when),
-        freed=freed.append,
+        post=posted.append,
     )
 
 
 def test_a_run_of_a_limited_queue_is_written_at_once_and_its_slot_reported():
-    freed: list = []
-    completer = completer_for({"limited"}, [], freed)
+    posted: list = []
+    completer = completer_for({"limited"}, posted)
     tasks.noop.enqueue()
     tasks.noop.using(queue_name="limited").enqueue()
     jobs = claim("w-completer", ["default", "limited"], 2, 30)
@@ -226,7 +226,7 @@ def test_a_run_of_a_limited_queue_is_written_at_once_and_its_slot_reported():
     assert not completer.unflushed  # written at once: its slot is free
     assert Job.objects.get(pk=by_queue["limited"].id).status == JobStatus.SUCCEEDED
     assert Job.objects.get(pk=by_queue["default"].id).status == JobStatus.SUCCEEDED
-    assert freed == [{"limited": 1}]
+    assert posted == [SlotsFreed(Counter({"limited": 1}))]
 
 
 @pytest.mark.parametrize("busy", [False, True])
@@ -253,25 +253,25 @@ def test_a_freed_slot_is_taken_here_or_signalled_to_other_workers(busy):
 
 
 def test_the_completer_tells_when_a_retried_run_falls_due():
-    requeued: list = []
-    completer = completer_for(set(), requeued, [])
+    posted: list = []
+    completer = completer_for(set(), posted)
     tasks.noop.enqueue()
     (job,) = claim("w-completer", ["default"], 1, 30)
     completer.add([Outcome(job, succeeded=False, error={"traceback": "boom"})])
     completer.flush()
     row = Job.objects.get(pk=job.id)
     assert row.status == JobStatus.QUEUED
-    assert requeued == [row.run_at]
+    assert posted == [Requeued(row.run_at)]
 
 
 # -- maintenance ---------------------------------------------------------------------------
 
 
-def maintenance_for(worker_id: str, holding: int, found: list) -> Maintenance:
+def maintenance_for(worker_id: str, holding: int, posted: list) -> Maintenance:
     stats = WorkerStats()
     settings = conf.get()
     db = Database(worker_id, "default", settings.LEASE_SECONDS, stats)
-    completer = completer_for(set(), [], [])
+    completer = completer_for(set(), [])
     return Maintenance(
         worker_id=worker_id,
         settings=settings,
@@ -281,8 +281,7 @@ def maintenance_for(worker_id: str, holding: int, found: list) -> Maintenance:
         holding=lambda: holding,
         poll_seconds=lambda: 30.0,
         parent_pid=None,
-        orphaned=lambda: None,
-        found_work=lambda: found.append("look"),
+        post=posted.append,
     )
 
 
@@ -294,23 +293,23 @@ def test_maintenance_renews_the_leases_a_worker_holds_and_rescues_expired_ones(
     lost = job_factory(
         running=True, worker_id="gone:1:x", lease_until=timezone.now() - timedelta(minutes=1)
     )
-    found: list = []
-    maintenance_for(me.id, holding=1, found=found).run_due()
+    posted: list = []
+    maintenance_for(me.id, holding=1, posted=posted).run_due()
     mine.refresh_from_db()
     assert mine.lease_until > timezone.now() + timedelta(seconds=1)  # renewed
     lost.refresh_from_db()
     assert (lost.status, lost.worker_id) == (JobStatus.QUEUED, None)  # taken back
-    assert found == ["look"]  # and the worker looks for it at once
+    assert posted == [FoundWork()]  # and the worker looks for it at once
 
 
 def test_an_idle_worker_only_says_it_is_alive(worker_factory):
     me = worker_factory(heartbeat_at=timezone.now() - timedelta(hours=1))
-    found: list = []
-    maintenance = maintenance_for(me.id, holding=0, found=found)
+    posted: list = []
+    maintenance = maintenance_for(me.id, holding=0, posted=posted)
     maintenance.run_due()
     me.refresh_from_db()
     assert timezone.now() - me.heartbeat_at < timedelta(seconds=5)
-    assert found == []  # nothing was rescued: no reason to look
+    assert posted == []  # nothing was rescued: no reason to look
 
 
 @pytest.mark.django_db(transaction=True)

@@ -12,7 +12,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
 
 from django.db import Error as DatabaseErrors
 from django.utils import timezone
@@ -21,9 +20,10 @@ from django_outbox import telemetry
 from django_outbox.exceptions import ResultNotStored
 from django_outbox.jobs import complete, leases
 from django_outbox.jobs.handoff import Handoff
-from django_outbox.jobs.types import ClaimedJob, Outcome
+from django_outbox.jobs.types import Outcome
 from django_outbox.models import JobStatus
 from django_outbox.worker.database import Database
+from django_outbox.worker.events import Handed, Post, Requeued, SlotsFreed
 from django_outbox.worker.executor import error_record, send_finished
 from django_outbox.worker.stats import WorkerStats
 
@@ -41,10 +41,8 @@ class Completer:
         stats: WorkerStats,
         lease_seconds: float,
         limited_queues: set[str],
-        requeued: Callable[[datetime, bool], None],
-        freed: Callable[[Counter[str]], None],
+        post: Post,
         handoff: Callable[[], Handoff | None] = lambda: None,
-        handed: Callable[[list[ClaimedJob]], None] = lambda jobs: None,
     ) -> None:
         self.worker_id = worker_id
         self.db = db
@@ -52,15 +50,12 @@ class Completer:
         self.lease_seconds = lease_seconds
         #: Queues with a concurrency limit: their runs free a slot when written.
         self.limited_queues = limited_queues
-        #: Called with the time a job this worker put back falls due, and whether a rate
-        #: limit held it (the producer looks again then).
-        self.requeued = requeued
-        #: Called with the slots the last write freed, per limited queue.
-        self.freed = freed
+        #: Where it tells the worker what a write did: jobs put back (Requeued), slots
+        #: freed (SlotsFreed), jobs handed to this worker (Handed).
+        self.post = post
         #: What the worker may take of the next jobs of the keys a write frees (None:
-        #: nothing now), and where the jobs it took go (jobs/handoff.py).
+        #: nothing now; jobs/handoff.py).
         self.handoff = handoff
-        self.handed = handed
         self.unflushed: list[Outcome] = []
         self.to_release: list[int] = []
         self._since = 0.0
@@ -138,9 +133,9 @@ class Completer:
         if self.limited_queues:
             freed = Counter(o.job.queue for o in batch if o.job.queue in self.limited_queues)
             if freed:
-                self.freed(freed)
+                self.post(SlotsFreed(freed))
         if handoff is not None and handoff.jobs:
-            self.handed(handoff.jobs)
+            self.post(Handed(handoff.jobs))
         if any(o.job.workflow_id is not None and o.ends_job for o in batch) or (
             keyed and (handoff is None or handoff.queued)
         ):
@@ -148,7 +143,7 @@ class Completer:
             # they queued (and did not hand to this worker) are due now. Look for them at
             # once, not at the next poll (a wake-up reaches other workers; this one may be
             # polling).
-            self.requeued(timezone.now(), False)
+            self.post(Requeued(timezone.now()))
         for outcome in batch:
             self._record(outcome)
 
@@ -221,13 +216,13 @@ class Completer:
         if outcome.held:
             assert outcome.held_until is not None
             self.stats.held += 1  # back in the queue, not an attempt: look again then
-            self.requeued(outcome.held_until, True)
+            self.post(Requeued(outcome.held_until, held=True))
             return
         if status == JobStatus.QUEUED:
             self.stats.retried += 1
             telemetry.ended(job.task_path, job.queue, "retried")
             if outcome.retry_at is not None:  # look again when it falls due
-                self.requeued(outcome.retry_at, False)
+                self.post(Requeued(outcome.retry_at))
                 # The task chose when (a webhook delivery, by its own schedule): its
                 # message says what happened and when it runs again.
                 logger.warning(

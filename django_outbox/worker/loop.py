@@ -9,10 +9,14 @@
 - pauses (pauses.py) say which of its queues are paused: the claim skips them.
 
 The loop waits on the inbox until news comes (an outcome, a signal) or a service's timer
-falls due; it holds no SQL and makes no decision a service owns.
+falls due; it holds no SQL and makes no decision a service owns. The services tell it
+what happened by posting events (events.py: jobs put back, slots freed, jobs handed over,
+work found, the supervisor gone), which ``Worker.on`` hands to the service that acts on
+them; no service calls another. What it logs at start and stop is in report.py, the
+runs over their timeout in timeouts.py.
 
 One module over 400 lines: the loop and its start and stop (registering, listening,
-draining, the stop summary) share the worker's state.
+draining) share the worker's state.
 """
 
 from __future__ import annotations
@@ -24,26 +28,23 @@ import threading
 import time
 from collections import Counter
 
-from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
 from django.utils.crypto import get_random_string
 
 from django_outbox import conf
-from django_outbox.db import dialect
 from django_outbox.db.routing import database_of, serving
-from django_outbox.exceptions import JobTimeout
 from django_outbox.jobs import leases
 from django_outbox.jobs.handoff import Handoff
 from django_outbox.jobs.types import Outcome
 from django_outbox.lib import text
 from django_outbox.models import Job
-from django_outbox.wake import Wake, Waker, build_waker, choice_reason, notify
+from django_outbox.wake import Wake, Waker, build_waker, notify
 from django_outbox.wake.polling import PollingWaker
-from django_outbox.worker import cancellation
+from django_outbox.worker import report
 from django_outbox.worker.completer import Completer
 from django_outbox.worker.database import Database
-from django_outbox.worker.executor import error_record
+from django_outbox.worker.events import Event, FoundWork, Handed, Orphaned, Requeued, SlotsFreed
 from django_outbox.worker.inbox import Inbox
 from django_outbox.worker.listener import Listener
 from django_outbox.worker.maintenance import Maintenance
@@ -53,6 +54,7 @@ from django_outbox.worker.producer import MAX_ADAPTIVE_BATCH, CannotClaim, Produ
 from django_outbox.worker.pruner import Pruner
 from django_outbox.worker.scheduler import Scheduler
 from django_outbox.worker.stats import WorkerStats
+from django_outbox.worker.timeouts import time_out_overdue
 
 __all__ = ["MAX_ADAPTIVE_BATCH", "MAX_BATCH_SIZE", "Worker", "WorkerStats", "default_batch_size"]
 
@@ -147,10 +149,8 @@ class Worker:
             self.stats,
             settings.LEASE_SECONDS,
             limited_queues=set(settings.concurrency_limits(self.queues)),
-            requeued=self.producer.requeued,
-            freed=self._slots_freed,
+            post=self.on,
             handoff=self._handoff,
-            handed=self.producer.handed,
         )
         self.maintenance = Maintenance(
             worker_id=self.id,
@@ -161,8 +161,7 @@ class Worker:
             holding=lambda: self.pool.in_flight + self.pool.stuck + len(self.completer.unflushed),
             poll_seconds=lambda: self.producer.poll_seconds,
             parent_pid=parent_pid,
-            orphaned=lambda: self.request_stop("the supervising process is gone"),
-            found_work=self.producer.look_now,
+            post=self.on,
         )
         self.pauses = Pauses(self.id, self.queues, self.db)
         #: Queues with a concurrency or rate limit: a claim counts them, a hand-off cannot.
@@ -171,6 +170,20 @@ class Worker:
         )
 
     # -- control ---------------------------------------------------------------------
+
+    def on(self, event: Event) -> None:
+        """What the services post (worker/events.py), acted on at once."""
+        match event:
+            case Requeued(when, held):
+                self.producer.requeued(when, held)
+            case SlotsFreed(freed):
+                self._slots_freed(freed)
+            case Handed(jobs):
+                self.producer.handed(jobs)
+            case FoundWork():
+                self.producer.look_now()
+            case Orphaned():
+                self.request_stop("the supervising process is gone")
 
     def request_stop(self, reason: str = "asked to stop") -> None:
         if not self._stop.is_set():
@@ -204,24 +217,16 @@ class Worker:
             )
             # Listen before the first look for work, so a signal sent in between is not lost.
             self._listen()
-            logger.info(
-                "worker %s started: backend %s, queues %s, %d threads, batches of %s, "
-                "database %s, wake-ups: %s (%s)",
+            report.started(
                 self.id,
-                self.backend,
-                ",".join(self.queues),
-                self.concurrency,
-                f"{self.batch_size} (up to {MAX_ADAPTIVE_BATCH} for quick jobs)"
+                backend=self.backend,
+                queues=self.queues,
+                concurrency=self.concurrency,
+                batches=f"{self.batch_size} (up to {MAX_ADAPTIVE_BATCH} for quick jobs)"
                 if self.producer.adaptive
-                else self.batch_size,
-                describe_database(self.alias),
-                self.waker.name,
-                choice_reason(self.alias),
-            )
-            logger.info(
-                "worker %s settings: %s; a change to them takes effect when the worker restarts",
-                self.id,
-                describe_settings(),
+                else str(self.batch_size),
+                alias=self.alias,
+                waker=self.waker.name,
             )
             pruner = scheduler = None
             if self.settings.RETENTION is not None:
@@ -405,32 +410,10 @@ class Worker:
         return True
 
     def _time_out_overdue(self) -> list[Outcome]:
-        """Fail the runs over their timeout, now, and stop waiting for them.
-
-        Python cannot stop a thread: the function runs on (its ``context.cancelled()``
-        turns true, so a task that checks it can stop) and whatever it returns is dropped.
-        Its thread is reported and counts as stuck until it returns. A worker under the
-        supervisor (``--processes``) then drains and exits, and a fresh process replaces
+        """Fail the runs over their timeout (worker/timeouts.py). Under the supervisor
+        (``--processes``) the worker then drains and exits, and a fresh process replaces
         it; a lone worker goes on with the threads it has left."""
-        timed_out = []
-        for job, ran in self.pool.overdue(time.monotonic()):
-            cancellation.request(job.id)
-            where = self.pool.abandon(job)
-            limit = text.duration(job.timeout or 0)
-            logger.error(
-                "worker %s: job %s (%s) ran %s, over its %s timeout: recorded as timed out; "
-                "its thread cannot be stopped and is still running here:\n%s",
-                self.id,
-                job.id,
-                job.task_path,
-                text.duration(ran),
-                limit,
-                where.rstrip() or "  (its stack could not be read)",
-            )
-            try:
-                raise JobTimeout(f"{job.task_path} ran over its {limit} timeout.")
-            except JobTimeout as exc:
-                timed_out.append(Outcome(job, succeeded=False, error=error_record(exc)))
+        timed_out = time_out_overdue(self.pool, self.id)
         if not timed_out:
             return []
         if self.parent_pid is not None:
@@ -473,50 +456,18 @@ class Worker:
                 self.inbox.wait(min(TICK_SECONDS, max(0.0, deadline - time.monotonic())))
         self._take_news()
         self._flush_if_due()
-        if completer.unflushed or completer.to_release:
-            undone = [
-                f"write {text.count(len(completer.unflushed), 'result')}"
-                if completer.unflushed
-                else "",
-                f"put back {text.count(len(completer.to_release), 'job')}"
-                if completer.to_release
-                else "",
-            ]
-            logger.warning(
-                "worker %s: could not %s before stopping (database unreachable); those jobs "
-                "run again once their lease expires",
-                self.id,
-                " or ".join(filter(None, undone)),
-            )
-        if self.pool.in_flight:
-            logger.warning(
-                "worker %s: %s still running after the %s shutdown timeout; leaving them "
-                "leased, to be run again once their lease expires",
-                self.id,
-                text.count(self.pool.in_flight, "job"),
-                text.duration(self.shutdown_timeout),
-            )
+        report.left_behind(
+            self.id,
+            len(completer.unflushed),
+            len(completer.to_release),
+            self.pool.in_flight,
+            self.shutdown_timeout,
+        )
         self.db.run(lambda: leases.unregister_worker(self.id))
         self.pool.shutdown()
         # Its idle threads leave now; run() returns once they have closed their connections.
         self.pool.join(JOIN_SECONDS)
-        stats = self.stats
-        per_run = ""
-        if stats.finished:
-            # Two decimals always, so that summaries side by side read alike ("39.00").
-            per_run = f" ({stats.statements / stats.finished:,.2f} per run)"
-        logger.info(
-            "worker %s stopped: %s finished (%s succeeded, %s will retry, %s failed)"
-            " in %s; %s statements%s",
-            self.id,
-            text.count(stats.finished, "run"),
-            text.number(stats.succeeded),
-            text.number(stats.retried),
-            text.number(stats.failed),
-            text.duration(time.monotonic() - stats.started),
-            text.number(stats.statements),
-            per_run,
-        )
+        report.stopped(self.id, self.stats)
 
     @property
     def abandoned(self) -> int:
@@ -527,21 +478,3 @@ class Worker:
     def unwritten(self) -> int:
         """Results and releases the worker could not write before it stopped."""
         return len(self.completer.unflushed) + len(self.completer.to_release)
-
-
-def describe_database(alias: str) -> str:
-    """``alias`` (vendor NAME), e.g. ``default (postgresql test)``."""
-    name = connections[alias].settings_dict.get("NAME")
-    return f"{alias} ({dialect(alias).vendor} {name})"
-
-
-def describe_settings() -> str:
-    """The project's OUTBOX setting as written (the rest is at its defaults), with what
-    looks secret (a TOKEN, a KEY, a PASSWORD …) masked as Django's error pages mask it."""
-    from django.views.debug import SafeExceptionReporterFilter
-
-    written = getattr(settings, "OUTBOX", None)
-    if not written:
-        return "OUTBOX is not set (every setting at its default)"
-    shown = SafeExceptionReporterFilter().cleanse_setting("OUTBOX", written)
-    return f"OUTBOX = {shown!r} (the rest at its defaults)"

@@ -14,6 +14,7 @@ from django_outbox.wake import Waker
 from django_outbox.worker import cancellation
 from django_outbox.worker.completer import Completer
 from django_outbox.worker.database import Database
+from django_outbox.worker.events import FoundWork, Orphaned, Post
 from django_outbox.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_outbox.worker")
@@ -35,8 +36,7 @@ class Maintenance:
         holding: Callable[[], int],
         poll_seconds: Callable[[], float],
         parent_pid: int | None,
-        orphaned: Callable[[], None],
-        found_work: Callable[[], None],
+        post: Post,
     ) -> None:
         self.worker_id = worker_id
         self.settings = settings
@@ -47,10 +47,9 @@ class Maintenance:
         self.holding = holding
         self.poll_seconds = poll_seconds
         self.parent_pid = parent_pid
-        #: Called when the supervising process is gone.
-        self.orphaned = orphaned
-        #: Called when the rescue put jobs back in the queue: they are due now.
-        self.found_work = found_work
+        #: Where it tells the worker that the supervisor is gone (Orphaned) or that it
+        #: put jobs back in the queue (FoundWork).
+        self.post = post
         self.waker: Waker | None = None
         self._next_heartbeat = 0.0
         self._next_rescue = 0.0
@@ -69,7 +68,7 @@ class Maintenance:
     def run_due(self) -> None:
         now = time.monotonic()
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
-            self.orphaned()
+            self.post(Orphaned())
         if now >= self._next_heartbeat:
             self._heartbeat(now)
         if now >= self._next_rescue:
@@ -101,7 +100,7 @@ class Maintenance:
     def _rescue(self) -> None:
         rescued = self.db.run(leases.rescue_expired)
         if rescued and rescued.requeued:
-            self.found_work()
+            self.post(FoundWork())
         now = time.monotonic()
         if now < self._next_sweep:
             return
@@ -111,7 +110,7 @@ class Maintenance:
         # work a moment) never keeps the sweep from running.
         self.db.run(idlekeys.forget_idle)
         if admitted:
-            self.found_work()
+            self.post(FoundWork())
             logger.info(
                 "worker %s: queued %d held jobs whose keys had a free turn (a job of the key "
                 "was deleted, say)",
