@@ -12,6 +12,7 @@ from typing import Any
 from django.db import connections
 
 from django_outbox.worker.loop import Worker
+from django_outbox.worker.reload import RESTART_STATUS, Watcher, reloader_pid
 from django_outbox.worker.shutdown import graceful_signals
 from django_outbox.worker.supervisor import CANNOT_CLAIM_STATUS, REPLACE_STATUS, Supervisor
 
@@ -39,12 +40,23 @@ class WorkerOptions:
         )
 
 
-def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None = None) -> int:
+def run_here(
+    options: WorkerOptions,
+    report: Any = None,
+    parent_pid: int | None = None,
+    watch: bool = False,
+) -> int:
     """Run one worker in this process until it stops; returns the exit status.
 
     ``report``, when given, receives the worker's statistics (a dict) when it stops.
+    ``watch``: under ``runworker --reload`` (worker/reload.py), a change to the code drains
+    the worker, and the status is RESTART_STATUS.
     """
     worker = options.build(parent_pid)
+    watcher = None
+    if watch:
+        watcher = Watcher(lambda path: worker.request_stop(f"{path} changed; restarting"))
+        watcher.start()
     # What start-up built (Django's apps, models, URLs, the task registry) lives as long as
     # the process: out of the collector's reach, a full collection looks at what the jobs
     # allocate, not at every object of the project again (tens of ms each time).
@@ -56,6 +68,9 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
             stats = worker.run()
     finally:
         gc.unfreeze()
+        if watcher is not None:
+            watcher.stop()
+    restart = watcher is not None and watcher.changed is not None
     if report is not None:
         report.put(stats.as_dict())
     if worker.replace_me and not worker.pool.in_flight and not worker.unwritten:
@@ -68,10 +83,10 @@ def run_here(options: WorkerOptions, report: Any = None, parent_pid: int | None 
         # leased until the lease runs out, then run again elsewhere (a timed-out job's
         # thread is simply ended: its run was recorded already).
         logging.shutdown()
-        os._exit(1)
+        os._exit(RESTART_STATUS if restart else 1)
     if worker.cannot_claim:
         return CANNOT_CLAIM_STATUS
-    return 0
+    return RESTART_STATUS if restart else 0
 
 
 def start_in_thread(worker: Worker) -> threading.Thread:
@@ -93,7 +108,11 @@ def _child(options: WorkerOptions, report: Any, parent_pid: int) -> None:
     raise SystemExit(run_here(options, report, parent_pid))
 
 
-def run(options: WorkerOptions, processes: int = 1, report: Any = None) -> int:
+def run(options: WorkerOptions, processes: int = 1, report: Any = None, watch: bool = False) -> int:
+    """Run the workers until they stop. ``watch``: this is the child of ``runworker
+    --reload``'s reloader, which it watches as a supervisor's child watches its parent."""
+    if watch:
+        return run_here(options, report, parent_pid=reloader_pid(), watch=True)
     if processes == 1:
         return run_here(options, report)
     supervisor = Supervisor(processes, _child, (options, report), burst=options.burst)

@@ -14,7 +14,7 @@ from django_outbox.db import dialect
 from django_outbox.db.routing import serving
 from django_outbox.migrated import require_migrated
 from django_outbox.models import Attempt, Job
-from django_outbox.worker import console
+from django_outbox.worker import console, reload
 from django_outbox.worker.loop import MAX_BATCH_SIZE
 from django_outbox.worker.process import WorkerOptions, run
 from django_outbox.worker.startup import DatabaseUnusable, wait_for_databases
@@ -104,9 +104,27 @@ class Command(BaseCommand):
             default=30.0,
             help="Seconds running jobs get to finish after SIGTERM or SIGINT (default 30).",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Start again when the code changes (development); running jobs finish first.",
+        )
         parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["reload"]:
+            if options["processes"] > 1:
+                raise CommandError(
+                    "runworker: --reload runs one worker process and starts it again when the "
+                    "code changes; it does not go with --processes. Leave out one of them."
+                )
+            if not reload.is_child():
+                # This process only restarts the worker: it opens no database connection.
+                console.attach(options["verbosity"])
+                status = reload.run_reloader()
+                if status:
+                    raise SystemExit(status)
+                return
         # Everything below reads and writes the database of the alias served.
         with serving(options["backend"]):
             self._handle(**options)
@@ -159,6 +177,6 @@ class Command(BaseCommand):
             shutdown_timeout=options["shutdown_timeout"],
             backend=options["backend"],
         )
-        status = run(worker_options, processes=options["processes"])
+        status = run(worker_options, processes=options["processes"], watch=options["reload"])
         if status:
             raise SystemExit(status)
