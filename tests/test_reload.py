@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import sys
 import time
@@ -143,3 +144,24 @@ def test_a_worker_that_cannot_start_is_started_again_after_the_next_change(
 def test_reload_does_not_go_with_processes():
     with pytest.raises(CommandError, match=r"--reload runs one worker process .* --processes"):
         call_command("runworker", "--reload", "--processes", "2")
+
+
+def test_a_worker_whose_reloader_is_killed_drains_and_exits(start_worker, probe):
+    folder, _module = probe
+    worker = start_worker("--reload", extra_env=worker_env(folder))
+    started = wait_until(
+        lambda: re.search(r"worker [^:\s]+:(\d+):\S+ started: ", worker.log()), 30, "the worker"
+    )
+    child = int(started.group(1))
+    worker.send(signal.SIGKILL)  # the reloader only
+    worker.wait(10)
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, 30, "the worker to exit")
+    assert "the supervising process is gone; stopping" in worker.log()
