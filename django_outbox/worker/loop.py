@@ -13,7 +13,7 @@ falls due; it holds no SQL and makes no decision a service owns. The services te
 what happened by posting events (events.py: jobs put back, slots freed, jobs handed over,
 work found, the supervisor gone), which ``Worker.on`` hands to the service that acts on
 them; no service calls another. What it logs at start and stop is in report.py, the
-runs over their timeout in timeouts.py.
+runs over their timeout in timeouts.py, when a burst worker leaves in burst.py.
 
 One module over 400 lines: the loop and its start and stop (registering, listening,
 draining) share the worker's state.
@@ -41,7 +41,7 @@ from django_outbox.lib import text
 from django_outbox.models import Job
 from django_outbox.wake import Wake, Waker, build_waker, notify
 from django_outbox.wake.polling import PollingWaker
-from django_outbox.worker import report
+from django_outbox.worker import burst, report
 from django_outbox.worker.completer import Completer
 from django_outbox.worker.database import Database
 from django_outbox.worker.events import Event, FoundWork, Handed, Orphaned, Requeued, SlotsFreed
@@ -65,12 +65,6 @@ JOIN_SECONDS = 5.0
 
 #: Longest the loop waits while jobs run, so a run over its timeout is seen promptly.
 TICK_SECONDS = 0.1
-#: Looks a burst worker makes for due jobs while the database is out of reach (backing off
-#: 0.5, 1, 2, 4 … s) before it leaves with an error instead of calling the queues empty.
-BURST_TRIES = 6
-#: How often a burst worker with nothing in hand looks again while jobs of its queues wait
-#: for a key whose job runs elsewhere.
-HELD_LOOK_SECONDS = 0.5
 #: Most jobs one claim may take (and one completion write), within every database's
 #: limit on statement parameters.
 MAX_BATCH_SIZE = 1000
@@ -312,7 +306,9 @@ class Worker:
             if claimed:
                 continue
             if self.burst and not self._holding():
-                if self._burst_done():
+                leave = burst.look_last(self.id, producer, self.db, self.inbox, self._read_pauses)
+                if leave is not None:
+                    self.cannot_claim = leave.cannot_claim
                     return
                 continue
             self._wait()
@@ -367,47 +363,6 @@ class Worker:
             timeout = max(timeout, min(TICK_SECONDS, self.db.ok_after - now))
         if timeout > 0:
             self.inbox.wait(timeout)
-
-    def _burst_done(self) -> bool:
-        """A burst worker with nothing in hand: leave, or wait for what is still due."""
-        self.producer.look_now()  # once more, whatever the timer says
-        self._read_pauses()
-        if self.producer.refill():
-            return False
-        now = time.monotonic()
-        if self.db.failures:  # the look did not reach the database: nothing is known
-            if self.db.failures < BURST_TRIES:
-                self.inbox.wait(max(0.0, self.db.ok_after - now))
-                return False
-            self.cannot_claim = (
-                f"the database failed {self.db.failures} looks in a row ({self.db.last_error})"
-            )
-            logger.error(
-                "worker %s: cannot look for due jobs: %s; leaving (burst) without knowing "
-                "whether any are due",
-                self.id,
-                self.cannot_claim,
-            )
-            return True
-        # Not before the next look is due; the whole poll when none is.
-        pause = self.producer.next_look_in()
-        poll = self.producer.poll_seconds
-        pause = min(pause, poll) if pause > 0 else poll
-        if self.producer.latest_held > now:
-            # Jobs this worker held back for a rate limit are part of its work.
-            self.inbox.wait(min(pause, self.producer.latest_held - now))
-            return False
-        if self.producer.due_behind_a_limit():
-            # Due jobs wait for room or a token in a limited queue: wait, not leave.
-            self.inbox.wait(pause)
-            return False
-        if self.producer.held_behind_a_running_key():
-            # Jobs wait for their key's turn. The worker running the key's job may run the
-            # next one itself, which signals nobody (jobs/handoff.py): look again soon.
-            self.inbox.wait(min(pause, HELD_LOOK_SECONDS))
-            return False
-        logger.info("worker %s: nothing is due; leaving (burst)", self.id)
-        return True
 
     def _time_out_overdue(self) -> list[Outcome]:
         """Fail the runs over their timeout (worker/timeouts.py). Under the supervisor
