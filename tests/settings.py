@@ -10,9 +10,12 @@ import os
 from typing import Any
 
 from testproject.settings import *  # noqa: F403
-from testproject.settings import BASE_DIR, DATABASES, INSTALLED_APPS
+from testproject.settings import BASE_DIR, DATABASES, INSTALLED_APPS, MIDDLEWARE
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.apps.TestsConfig"]
+# A strict Content-Security-Policy on every response while TEST_STRICT_CSP is on.
+MIDDLEWARE = [*MIDDLEWARE, "tests.csp.strict_csp"]
+TEST_STRICT_CSP = False
 
 default: dict = DATABASES["default"]
 if default["ENGINE"].endswith("sqlite3"):

@@ -123,7 +123,7 @@ def test_the_job_list_shows_coloured_statuses_and_the_last_error_line(admin_clie
     failed_job("KeyError: 'sku'")
     page = admin_client.get("/admin/django_outbox/job/").content.decode()
     assert "KeyError: &#x27;sku&#x27;" in page  # the traceback's last line, escaped
-    assert 'class="outbox-status"' in page and "#b42318" in page  # failed in red
+    assert 'class="outbox-status outbox-status-failed"' in page  # failed: red (admin.css)
     assert "3/3" in page  # attempts used of allowed
 
 
@@ -804,3 +804,11 @@ def test_the_delivery_list_costs_the_same_queries_for_a_few_deliveries_or_a_page
         sql for sql in many if re.search(r"^SELECT .* FROM \W?django_outbox_delivery\W? ", sql)
     ]
     assert listing and not any(" JOIN " in sql for sql in listing), listing
+
+
+def test_a_cell_is_cut_only_at_a_width_the_stylesheet_has():
+    from django_outbox.admin import display
+
+    assert 'class="outbox-cut outbox-w12"' in display.cut("shop.tasks.send_receipt", 12)
+    with pytest.raises(ValueError, match=r"admin\.css"):
+        display.cut("shop.tasks.send_receipt", 11)

@@ -17,7 +17,8 @@ from django.utils.safestring import SafeString
 #: Shown where there is no value.
 NOTHING = "\u2013"
 
-#: Status colours: green done, blue waiting, amber busy, red failed, grey cancelled.
+#: Status colours: green done, blue waiting, amber busy, red failed, grey cancelled
+#: (static/django_outbox/admin.css has the same, a rule each).
 COLOURS = {
     "succeeded": "#1b7f3b",
     "waiting": "#5b5fc7",
@@ -31,10 +32,11 @@ COLOURS = {
 
 
 def status_badge(status: str, label: str | None = None, title: str = "") -> SafeString:
+    """A status on its colour: static/django_outbox/admin.css has a rule for each of
+    COLOURS (grey for any other)."""
     return format_html(
-        '<span class="outbox-status" style="color:#fff;background:{};padding:1px 6px;'
-        'border-radius:8px;white-space:nowrap"{}>{}</span>',
-        COLOURS.get(status, "#6b7280"),
+        '<span class="outbox-status outbox-status-{}"{}>{}</span>',
+        status if status in COLOURS else "other",
         format_html(' title="{}"', title) if title else "",
         label or status,
     )
@@ -64,20 +66,23 @@ def duration(span: timedelta | float | None) -> str:
     return f"{seconds / 86400:.0f} d"
 
 
-def cut(text: str, width_em: float | None = None, shown: str | None = None) -> SafeString | str:
+#: The widths ``cut()`` cuts at, in em: admin.css has a class for each.
+CUT_WIDTHS = (8, 10, 12, 13, 14, 16, 18, 20, 30)
+
+
+def cut(text: str, width_em: int | None = None, shown: str | None = None) -> SafeString | str:
     """``text`` (or ``shown``, a short form of it) on one line, cut with an ellipsis where
-    it is wider than ``width_em`` (None: than the width its list column has left, see
-    styles.html); ``text`` whole in its title."""
+    it is wider than ``width_em`` (one of CUT_WIDTHS; None: than the width its list column
+    has left, see static/django_outbox/admin.css); ``text`` whole in its title."""
     if not text:
         return ""
     shown = text if shown is None else shown
     if width_em is None:
         return format_html('<span class="outbox-cut outbox-fill" title="{}">{}</span>', text, shown)
+    if width_em not in CUT_WIDTHS:
+        raise ValueError(f"cut() cuts at {CUT_WIDTHS} em (admin.css), not {width_em!r}.")
     return format_html(
-        '<span class="outbox-cut" style="max-width:{}em" title="{}">{}</span>',
-        width_em,
-        text,
-        shown,
+        '<span class="outbox-cut outbox-w{}" title="{}">{}</span>', width_em, text, shown
     )
 
 
@@ -132,9 +137,7 @@ def pretty_json(value: Any) -> SafeString:
 
 
 def preformatted(text: str) -> SafeString:
-    return format_html(
-        '<pre style="white-space:pre-wrap;max-height:32em;overflow:auto;margin:0">{}</pre>', text
-    )
+    return format_html('<pre class="outbox-pre">{}</pre>', text)
 
 
 def masked(secret: str) -> str:
