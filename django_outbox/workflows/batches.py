@@ -33,7 +33,7 @@ from django_outbox.models import (
 )
 from django_outbox.workflows.building import Step, checked_elements
 from django_outbox.workflows.plan import Plan
-from django_outbox.workflows.runs import Run, WorkflowDoesNotExist
+from django_outbox.workflows.runs import Run, WorkflowDoesNotExist, lock_callbacks
 from django_outbox.workflows.writing import key_held, unique_keys, write
 
 
@@ -104,17 +104,13 @@ def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list
             raise WorkflowDoesNotExist(f"No workflow {pk!r}.")
         if not workflow.is_batch:
             raise ValueError(f"Workflow {pk} is not a batch: only a batch takes new jobs.")
-        callbacks = list(
-            WorkflowStep.objects.using(using)
-            .filter(workflow_id=pk, position__in=workflow.batch_callbacks)
-            .values_list("job_id", "always")
-        )
+        # Lock the callbacks' rows first, then count them up. This waits for a completion
+        # that holds them (it releases them in the same transaction), and holds them from
+        # now on: no completion releases a callback until this commits. So their
+        # statuses, read next without a lock, are final; and the workflow's row comes
+        # last, in the order a completion and retry() take them (runs.lock_callbacks).
+        callbacks = lock_callbacks(using, workflow)
         callback_ids = [job for job, _ in callbacks]
-        # Count the callbacks up first. This waits for a completion that holds their rows
-        # (it releases them in the same transaction), and holds them from now on: no
-        # completion releases a callback until this commits. So their statuses, read next
-        # without a lock, are final, and no lock is taken in an order a completion could
-        # meet the other way round.
         WorkflowStep.objects.using(using).filter(job_id__in=callback_ids).update(
             waiting_on=F("waiting_on") + len(steps)
         )

@@ -197,6 +197,20 @@ def _found(workflow_id: int | Run, using: str, lock: bool = False) -> Workflow:
     return workflow
 
 
+def lock_callbacks(using: str, workflow: Workflow) -> list[tuple[int, bool]]:
+    """A batch's callback steps (job id, whether it always runs), their rows locked in
+    job order. ``add_to_batch()`` and ``retry()`` take them before the workflow's row, as
+    a completion does (it counts them down, then the workflow): one order for all three,
+    so that none waits on another in a circle."""
+    return list(
+        WorkflowStep.objects.using(using)
+        .select_for_update()
+        .filter(workflow_id=workflow.pk, position__in=workflow.batch_callbacks)
+        .order_by("job_id")
+        .values_list("job_id", "always")
+    )
+
+
 def cancel(workflow_id: int | Run) -> str:
     """Cancel a workflow: its steps that have not started never run (clean-up steps
     included), its running ones are asked to stop (``context.cancelled()``). Returns the
@@ -249,6 +263,10 @@ def _retry(workflow_id: int | Run) -> int:
     using = router.db_for_write(Job)
     now = timezone.now()
     with transaction.atomic(using=using):
+        workflow = _found(workflow_id, using)
+        if workflow.is_batch:
+            # Its callbacks' rows before the workflow's, as add_to_batch() takes them.
+            lock_callbacks(using, workflow)
         # No step of a finished workflow runs: no completion takes its rows meanwhile.
         workflow = _found(workflow_id, using, lock=True)
         pk = workflow.pk
