@@ -5,6 +5,7 @@ Chromium."""
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -228,3 +229,23 @@ def test_a_secret_not_fetched_soon_after_its_redirect_is_not_shown_later(browser
     late = post(browser, f"/webhooks/endpoints/{endpoint.pk}/rotate-secret/", {})
     endpoint.refresh_from_db()
     assert endpoint.secret.encode() not in browser.get(late["Location"]).content
+
+
+@override_settings(
+    OUTBOX={"REDIS_ALIAS": "redis", "WEBHOOKS": {"PORTAL_RATE": 0.01, "PORTAL_BURST": 2}}
+)
+def test_pages_share_the_apis_rate_limit_and_say_when_to_come_back():
+    # Tenants of this run only: Redis keeps buckets from one run to the next.
+    run = uuid.uuid4().hex[:8]
+    tenant = f"acme-{run}"
+    client = Client()
+    client.get(webhooks.portal_url(tenant))
+    assert client.get("/webhooks/").status_code == 200
+    api = client.get("/webhooks/api/v1/endpoints/")  # the same budget, by the session
+    assert api.status_code == 200
+    refused = client.get("/webhooks/messages/")
+    assert refused.status_code == 429
+    assert "Too many requests" in refused.content.decode()
+    assert int(refused["Retry-After"]) >= 1
+    assert "<html" in refused.content.decode()  # a page for people, not JSON
+    assert Client().get(webhooks.portal_url(f"globex-{run}"), follow=True).status_code == 200

@@ -182,7 +182,9 @@ class WebhookSettings:
         "How long a portal session opened by a portal_url() link lasts.",
     )
     PORTAL_RATE: float = setting(
-        20.0, Number(MAX_RATE), "Requests per second one tenant may make to the API, on average."
+        20.0,
+        Number(MAX_RATE),
+        "Requests per second one tenant may make to the portal (API and pages), on average.",
     )
     PORTAL_BURST: int = setting(
         100, Number(100_000, whole=True), "... and at most this many at once after a lull."

@@ -27,7 +27,7 @@ from django.views.decorators.csrf import csrf_protect
 from django_outbox import conf, webhooks
 from django_outbox.db.routing import jobs_of
 from django_outbox.models import DeliveryStatus, Endpoint, Message
-from django_outbox.portal import forms, health, shapes, tenancy
+from django_outbox.portal import forms, health, limits, shapes, tenancy
 from django_outbox.portal.api.base import WHOLE_IDS
 from django_outbox.portal.api.endpoints import DISABLED_IN_PORTAL
 from django_outbox.portal.params import whole
@@ -66,8 +66,8 @@ SHOW_SECRET_SECONDS = 300
 
 
 def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """A page's view: its methods, the tenant, CSRF, the ids, one transaction, problems
-    shown as a page, and the frame-ancestors header."""
+    """A page's view: its methods, the tenant, CSRF, the tenant's rate limit (the API's),
+    the ids, one transaction, problems shown as a page, and the frame-ancestors header."""
 
     def wrap(function: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @csrf_protect
@@ -82,6 +82,7 @@ def page(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[...,
                         f"{request.method} is not allowed here: use {', '.join(methods)}.",
                         headers={"Allow": ", ".join(methods)},
                     )
+                limits.throttle(caller.tenant)  # the API's bucket: one budget a tenant
                 kwargs = {name: _id(name, value) for name, value in kwargs.items()}
                 with (
                     jobs_of(conf.get().WEBHOOKS.BACKEND),
