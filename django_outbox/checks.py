@@ -17,6 +17,7 @@ E009  a TASKS alias's OPTIONS["DATABASE"] is not in DATABASES, or is set while
       django_outbox.routers.JobsRouter is not in DATABASE_ROUTERS
 E010  no TASKS alias has django_outbox's backend (TASKS missing: Django's default runs
       tasks in the request, and django_outbox's task options fail with a TypeError)
+E011  OUTBOX["PORTAL"] is invalid (not a dict, an unknown key, an origin that is not one)
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
@@ -27,7 +28,7 @@ W006  a MariaDB/MySQL database whose sql_mode is not strict (values cut silently
 W007  TASKS["default"] is another backend while an alias has django_outbox's: a task
       without backend= goes to the other one
 
-The settings' ids (E001, E004's "not a dict", E005 to E008) are declared with their groups in
+The settings' ids (E001, E004's "not a dict", E005 to E008, E011) are declared with their groups in
 ``django_outbox.conf``, which says which problem is whose.
 """
 

@@ -25,7 +25,7 @@ GOOD_SQLITE = {
 
 
 def outbox_errors():
-    """The errors of the settings checks: E001, E004 to E008 (E002 and E003, the wake-up
+    """The errors of the settings checks: E001, E004 to E008, E011 (E002 and E003, the wake-up
     checks, come only once the settings are valid)."""
     return [
         m for m in checks.run_checks(databases=["default"]) if m.id.startswith("django_outbox.E")
@@ -224,6 +224,7 @@ GROUP_CASES = [
     ("OUTBOX['QUEUES']", {"QUEUES": {"q": {"burst": 3}}}, "django_outbox.E006"),  # no rate
     ("OUTBOX['RETENTION']", {"RETENTION": {"OLDER_THAN": "soon"}}, "django_outbox.E007"),
     ("OUTBOX['HEALTH']", {"HEALTH": {"MIN_FINISHED": 0}}, "django_outbox.E008"),
+    ("OUTBOX['PORTAL']", {"PORTAL": {"CORS_ORIGINS": ["*"]}}, "django_outbox.E011"),
 ]  # fmt: skip
 
 
@@ -257,6 +258,7 @@ GOOD_EVERYWHERE = {
     "RETENTION": {"OLDER_THAN": "2w", "STATUSES": ["succeeded"]},
     "HEALTH": {"QUEUES": ["default"], "TOKEN": "t" * 16, "MAX_FAILURE_RATE": 0},
     "SCHEDULES": {"nightly": {"task": "tests.tasks.noop", "cron": "0 3 * * *"}},
+    "PORTAL": {"CORS_ORIGINS": ["https://app.example.com", "http://localhost:3000"]},
 }
 
 
@@ -273,6 +275,7 @@ def test_a_good_value_in_every_group_yields_no_check_message():
     assert settings.QUEUES["emails"].rate == 5.0 and settings.QUEUES["reports"].concurrency == 2
     assert settings.RETENTION is not None and settings.RETENTION.STATUSES == ("succeeded",)
     assert settings.HEALTH.QUEUES == ("default",) and settings.HEALTH.MAX_FAILURE_RATE == 0.0
+    assert settings.PORTAL.CORS_ORIGINS == ("https://app.example.com", "http://localhost:3000")
 
 
 def declared_groups(group=conf.OutboxSettings):
@@ -287,7 +290,8 @@ def declared_groups(group=conf.OutboxSettings):
 def test_every_setting_is_declared_with_a_doc_line_and_a_default_that_passes_its_rule():
     groups = declared_groups()
     assert {g.__name__ for g in groups} == {
-        "OutboxSettings", "WebhookSettings", "RetentionSettings", "QueueSettings", "HealthSettings"
+        "OutboxSettings", "WebhookSettings", "RetentionSettings", "QueueSettings", "HealthSettings",
+        "PortalSettings",
     }  # fmt: skip
     for group in groups:
         declarations = rules.declared(group)
@@ -318,6 +322,7 @@ GROUP_PAGES = {
     "RetentionSettings": ("retention.md",),
     "QueueSettings": ("limits.md",),
     "HealthSettings": ("health.md",),
+    "PortalSettings": ("portal.md",),
 }
 
 

@@ -36,6 +36,7 @@ from django_outbox.conf.rules import (
     Names,
     Networks,
     Number,
+    Origins,
     Parsed,
     Problem,
     Secret,
@@ -289,6 +290,19 @@ class HealthSettings:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PortalSettings:
+    """``OUTBOX["PORTAL"]``: who may call the customer portal's API from a browser."""
+
+    check_id: ClassVar[str] = "django_outbox.E011"
+
+    CORS_ORIGINS: tuple[str, ...] = setting(
+        (),
+        Origins(),
+        "Origins whose pages may call the tenant API from the browser (CORS), with a token.",
+    )
+
+
 #: The settings that are numbers of seconds above 0 at the top level (their sentences say
 #: what is wrong, the type or the bounds, not both).
 _SECONDS = Number(MAX_NUMBER, seconds=True, terse=True)
@@ -364,6 +378,9 @@ class OutboxSettings:
     )
     HEALTH: HealthSettings = setting(
         HealthSettings(), Group(HealthSettings), "What outbox_health calls unhealthy."
+    )
+    PORTAL: PortalSettings = setting(
+        PortalSettings(), Group(PortalSettings), "The customer portal's API from browsers."
     )
 
     def conflicts(self, where: str) -> list[str]:

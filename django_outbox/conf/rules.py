@@ -241,6 +241,31 @@ class Names(Rule):
         return tuple(value)
 
 
+#: A web origin as browsers send it: scheme, host and an optional port, nothing after.
+ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
+
+
+@dataclass(frozen=True, slots=True)
+class Origins(Rule):
+    """A list of web origins ('https://app.example.com', 'http://localhost:3000'): no
+    path, no trailing slash, no wildcard; kept as a tuple."""
+
+    def errors(self, value: Any, where: str) -> list[str]:
+        if not isinstance(value, list | tuple):
+            return [
+                f"{where} must be a list of origins ('https://app.example.com'), not {value!r}."
+            ]
+        return [
+            f"{where} lists {origin!r}, which is not an origin: write a scheme (http or "
+            "https), a host and, if any, a port, with nothing after: 'https://app.example.com'."
+            for origin in value
+            if not isinstance(origin, str) or not ORIGIN.fullmatch(origin)
+        ]
+
+    def coerce(self, value: Any) -> Any:
+        return tuple(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Delays(Rule):
     """A non-empty list of seconds, each from 0 to ``ceiling``, kept as a tuple."""

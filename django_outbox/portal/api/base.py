@@ -1,6 +1,7 @@
 """One URL of the API: its handlers by method, wrapped in what every call goes through.
 
-In order: the method (405 with ``Allow``), the tenant (401), CSRF for callers by cookie
+In order: a browser's CORS preflight (portal/cors.py), the method (405 with ``Allow``),
+the tenant (401), CSRF for callers by cookie
 (403), the tenant's rate limit (429), then the handler, given the tenant's ``Scope``, in
 the webhooks' database and one transaction. A ``Problem`` raised anywhere is the answer;
 the transaction is rolled back with it, so a refused request changes nothing.
@@ -20,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django_outbox import conf
 from django_outbox.db.routing import jobs_of
 from django_outbox.models import Message
-from django_outbox.portal import limits, params, tenancy
+from django_outbox.portal import cors, limits, params, tenancy
 from django_outbox.portal.problems import Problem, not_found
 from django_outbox.portal.scoping import Scope
 
@@ -50,6 +51,9 @@ def route(**handlers: Handler) -> View:
     @csrf_exempt  # tenancy.check_csrf applies it, to callers by cookie only
     @never_cache
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        return cors.answered(request, allowed, lambda: answer(request, **kwargs))
+
+    def answer(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         try:
             handler = methods.get(request.method or "")
             if handler is None:
