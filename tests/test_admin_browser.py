@@ -141,9 +141,10 @@ def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     assert failed.status == JobStatus.QUEUED
 
 
-def test_a_failed_jobs_page_retries_it_with_one_button(page, live_server, screenshots):
+def a_failed_job() -> Job:
+    """A receipt job that failed its last attempt two seconds ago, with its traceback."""
     now = timezone.now()
-    job = Job.objects.create(
+    return Job.objects.create(
         task_path="shop.tasks.send_receipt",
         args=[1042],
         status=JobStatus.FAILED,
@@ -159,6 +160,10 @@ def test_a_failed_jobs_page_retries_it_with_one_button(page, live_server, screen
             }
         ],
     )
+
+
+def test_a_failed_jobs_page_retries_it_with_one_button(page, live_server, screenshots):
+    job = a_failed_job()
     log_in(page, live_server, f"/admin/django_outbox/job/{job.pk}/change/")
     button = page.locator('input[name="_retry"]').first
     assert button.is_visible() and button.get_attribute("value") == "Retry now"

@@ -4,19 +4,17 @@ styled by their stylesheets (a failed job's status is still white on red)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import override_settings
-from django.utils import timezone
 
 from django_outbox import webhooks, workflows
-from django_outbox.models import Delivery, Endpoint, Job, JobStatus, Message, Workflow
+from django_outbox.models import Delivery, Endpoint, Message, Workflow
 from tests import tasks
 from tests.csp import STRICT
-from tests.test_admin_browser import log_in, page  # noqa: F401 (fixtures)
+from tests.test_admin_browser import a_failed_job, log_in, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,22 +41,7 @@ def refused(page):  # noqa: F811
 
 
 def some_of_everything() -> dict[str, Any]:
-    now = timezone.now()
-    failed = Job.objects.create(
-        task_path="shop.tasks.send_receipt",
-        args=[1042],
-        status=JobStatus.FAILED,
-        attempts=3,
-        max_attempts=3,
-        finished_at=now,
-        last_attempted_at=now - timedelta(seconds=2),
-        errors=[
-            {
-                "exception_class_path": "builtins.TimeoutError",
-                "traceback": "Traceback\nTimeoutError: no answer",
-            }
-        ],
-    )
+    failed = a_failed_job()
     tasks.noop.enqueue()
     workflows.chain(workflows.step(tasks.noop), workflows.step(tasks.noop)).enqueue()
     endpoint = webhooks.create_endpoint("https://hooks.example.com/in", tenant="acme")
