@@ -6,14 +6,17 @@ how many it changed; the rest are left exactly as they were.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
-from django.db import IntegrityError, router, transaction
+from django.db import DatabaseError, IntegrityError, router, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
+from django_outbox.db import dialect
 from django_outbox.jobs import keys, steps
 from django_outbox.jobs.results import resolve_task
 from django_outbox.jobs.returning import update_returning
@@ -154,10 +157,28 @@ def cancel(jobs: QuerySet[Job]) -> Cancelled:
             steps.settle(steps.steps_ended(ended, succeeded=False), now)
             keys.admit(using, limit_keys, now)
         cancelled += len(ended)
-        requested += selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None).update(
-            cancel_requested_at=now
-        )
+        running = selected.filter(status=JobStatus.RUNNING, cancel_requested_at=None)
+        requested += _again_if_moved(using, partial(running.update, cancel_requested_at=now))
     return Cancelled(cancelled, requested, len(chosen) - cancelled - requested)
+
+
+#: Runs of a statement that met a row moved to another partition, in a row.
+MOVED_TRIES = 3
+
+
+def _again_if_moved(using: str, update: Callable[[], int]) -> int:
+    """``update()``, under a savepoint, run again where it met a row that a completion moved
+    to another partition at the same moment (a partitioned job table: the database then
+    fails the statement, SQLSTATE 40001, instead of following the row). Run again, it finds
+    the row as it is now: finished, so no longer running."""
+    for run in range(1, MOVED_TRIES + 1):
+        try:
+            with transaction.atomic(using=using):
+                return update()
+        except DatabaseError as exc:
+            if run == MOVED_TRIES or not dialect(using).deadlock(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def cancel_job(job: TaskResult | int | str) -> str:
