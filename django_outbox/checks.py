@@ -18,6 +18,7 @@ E009  a TASKS alias's OPTIONS["DATABASE"] is not in DATABASES, or is set while
 E010  no TASKS alias has django_outbox's backend (TASKS missing: Django's default runs
       tasks in the request, and django_outbox's task options fail with a TypeError)
 E011  OUTBOX["PORTAL"] is invalid (not a dict, an unknown key, an origin that is not one)
+E012  OUTBOX["RETENTION"]["PARTITIONS"] is on while the jobs' database is not PostgreSQL
 W001  a SQLite database without transaction_mode IMMEDIATE
 W002  a SQLite database without WAL journal mode in init_command
 W003  a SQLite database without an explicit busy timeout
@@ -27,6 +28,9 @@ W005  a MariaDB/MySQL database whose isolation level is not READ COMMITTED
 W006  a MariaDB/MySQL database whose sql_mode is not strict (values cut silently)
 W007  TASKS["default"] is another backend while an alias has django_outbox's: a task
       without backend= goes to the other one
+W008  OUTBOX["RETENTION"]["PARTITIONS"] is on but the job table is one table (run
+      outbox_partition), or the job table is partitioned while it is off (no partitions
+      of the days ahead are made: finished jobs pile up in the default partition)
 
 The settings' ids (E001, E004's "not a dict", E005 to E008, E011) are declared with their groups in
 ``django_outbox.conf``, which says which problem is whose.
@@ -38,6 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_outbox import conf
@@ -339,7 +344,58 @@ def check_database(
     alias = router.db_for_write(Job)
     if not databases or alias not in databases:
         return []
-    return [m for m in mysql_checks(alias, query=True) if m.id == "django_outbox.W006"]
+    messages = [m for m in mysql_checks(alias, query=True) if m.id == "django_outbox.W006"]
+    return messages + partition_checks(alias, query=True)
+
+
+def partition_checks(alias: str, query: bool = False) -> list[checks.CheckMessage]:
+    """``OUTBOX["RETENTION"]["PARTITIONS"]`` against the jobs' database (E012) and, with
+    ``query``, against its job table as it is (W008)."""
+    from django.db import connections
+
+    from django_outbox.db import dialect, partitions
+    from django_outbox.models import Job
+
+    try:
+        retention = conf.get().RETENTION
+    except ImproperlyConfigured:
+        return []  # check_settings reports it
+    wanted = retention is not None and retention.PARTITIONS
+    setting = 'OUTBOX["RETENTION"]["PARTITIONS"]'
+    if not partitions.supported(alias):
+        if not wanted:
+            return []
+        return [
+            checks.Error(
+                f"{setting} is True, but the jobs' database {alias!r} is not PostgreSQL: "
+                "only PostgreSQL partitions the job table.",
+                hint="Leave PARTITIONS out; retention then deletes finished jobs in chunks.",
+                id="django_outbox.E012",
+            )
+        ]
+    if not query:
+        return []
+    partitioned = dialect(alias).partitioned(connections[alias], Job._meta.db_table)
+    if wanted and not partitioned:
+        return [
+            checks.Warning(
+                f"{setting} is True, but the job table of {alias!r} is one table: retention "
+                "deletes its rows in chunks.",
+                hint="Stop the workers and run: python manage.py outbox_partition",
+                id="django_outbox.W008",
+            )
+        ]
+    if partitioned and not wanted:
+        return [
+            checks.Warning(
+                f"The job table of {alias!r} is partitioned, but {setting} is not True: no "
+                "worker makes the partitions of the days ahead, and finished jobs go to the "
+                "default partition, which is pruned in chunks.",
+                hint=f"Set {setting} = True, or run: python manage.py outbox_partition --undo",
+                id="django_outbox.W008",
+            )
+        ]
+    return []
 
 
 @checks.register()
@@ -353,7 +409,7 @@ def check_job_database(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     if not _our_aliases():
         return []
     alias = router.db_for_write(Job)
-    return sqlite_checks(alias) + mysql_checks(alias)
+    return sqlite_checks(alias) + mysql_checks(alias) + partition_checks(alias)
 
 
 #: Django's warnings that a database lacks partial indexes, conditional unique constraints

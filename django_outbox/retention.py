@@ -23,7 +23,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_outbox.conf import FINISHED_STATUSES, parse_age, parse_statuses
-from django_outbox.db import dialect, named
+from django_outbox.db import dialect, named, partitions
 from django_outbox.lib import text
 from django_outbox.models import (
     Attempt,
@@ -38,7 +38,15 @@ from django_outbox.models import (
     WorkflowStep,
 )
 
-__all__ = ["CHUNK", "FINISHED_NAMES", "Pruned", "parse_age", "parse_statuses", "prune"]
+__all__ = [
+    "CHUNK",
+    "FINISHED_NAMES",
+    "Pruned",
+    "make_partitions",
+    "parse_age",
+    "parse_statuses",
+    "prune",
+]
 
 #: Rows per DELETE.
 CHUNK = 10_000
@@ -104,8 +112,14 @@ def prune(
         _count(pruned, cutoff, statuses)
         report(pruned)
         return pruned
-    _prune_jobs(pruned, cutoff, statuses, report)
-    _prune_workflows(pruned, cutoff, statuses, report)
+    if _partitioned():
+        # Workflows first: their old steps' jobs would keep a day's partition.
+        _prune_workflows(pruned, cutoff, statuses, report)
+        _drop_days(pruned, cutoff, statuses, report)
+        _prune_jobs(pruned, cutoff, statuses, report)
+    else:
+        _prune_jobs(pruned, cutoff, statuses, report)
+        _prune_workflows(pruned, cutoff, statuses, report)
     _prune_messages(pruned, cutoff, report)
     _prune_hours(pruned, cutoff, report)
     return pruned
@@ -153,6 +167,48 @@ def _prune_jobs(
     while deleted := sql.delete_chunk(Job, where, [sql.datetime(cutoff)], order="finished_at"):
         pruned.counts["jobs"] += deleted
         report(pruned)
+
+
+def _partitioned() -> bool:
+    sql = _Sql(Job)
+    return sql.dialect.partitioned(sql.connection, Job._meta.db_table)
+
+
+def make_partitions() -> list[str]:
+    """The job table's partitions of today and the next days, where missing (a partitioned
+    table only); their names."""
+    if not _partitioned():
+        return []
+    sql = _Sql(Job)
+    return partitions.make_days(sql.connection, Job._meta.db_table)
+
+
+def _drop_days(
+    pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
+) -> None:
+    """Drop each day's partition of finished jobs that ended before ``cutoff`` and holds no
+    row that stays: a workflow's step (it goes with its workflow), a failed job holding its
+    sequence, a job of a status not pruned. A day that keeps a row is left to the chunked
+    deletes; so is one whose detach could not take its lock in time."""
+    sql = _Sql(Job)
+    table = Job._meta.db_table
+    for name in partitions.leftovers(sql.connection, table):
+        pruned.counts["jobs"] += partitions.drop(sql.connection, name)
+    holding = f"SELECT held_by FROM {sql.table(LimitKey)} WHERE held_by IS NOT NULL"
+    keep = f"workflow_id IS NOT NULL OR id IN ({holding})"
+    if set(statuses) != set(FINISHED_NAMES):
+        keep += f" OR status NOT IN ({_status_list(statuses)})"
+    for day in partitions.days(sql.connection, table):
+        if day.end > cutoff:
+            break
+        if partitions.keeps_rows(sql.connection, day, keep, []):
+            continue
+        if not partitions.detach(sql.connection, table, day):
+            continue
+        if dropped := partitions.drop(sql.connection, day.name):
+            pruned.counts["jobs"] += dropped
+            report(pruned)
+    partitions.make_days(sql.connection, table)
 
 
 #: Workflows per round: each brings its steps' jobs, steps and edges.

@@ -23,6 +23,21 @@ ROOT = Path(__file__).resolve().parent.parent
 ALL_QUEUES = ["default", "emails", "reports", "slow"]
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    """With OUTBOX_TEST_PARTITIONED=1 (PostgreSQL), the tests run against a job table
+    partitioned by status and day (``manage.py outbox_partition``): what works on one
+    table must work on it too."""
+    if os.environ.get("OUTBOX_TEST_PARTITIONED") != "1":
+        return
+    from django_outbox.db import partitions
+
+    with django_db_blocker.unblock():
+        if not partitions.supported(connection.alias):
+            pytest.exit("OUTBOX_TEST_PARTITIONED=1 needs PostgreSQL (DATABASE_URL)", 2)
+        partitions.partition(connection, "django_outbox_job")
+
+
 @pytest.fixture
 def job_factory(db: None) -> type[JobFactory]:
     return JobFactory

@@ -121,6 +121,11 @@ OUTBOX = {
     },
 }
 
+if os.environ.get("OUTBOX_TEST_PARTITIONED") == "1":
+    # The job table is partitioned for the session (tests/conftest.py), as a project that
+    # set this and ran outbox_partition has it.
+    OUTBOX["RETENTION"] = {"OLDER_THAN": "30d", "PARTITIONS": True}
+
 if os.environ.get("OUTBOX_TEST_SECOND_ALIAS"):
     # Worker subprocesses of tests/test_tasks_contract.py: a second alias on this database.
     TASKS["second"] = {

@@ -28,6 +28,7 @@ from django_outbox.models import Job, JobStatus
 from django_outbox.task import OutboxTask
 from tests import tasks
 from tests.conftest import ROOT
+from tests.layout import one_table_only
 
 pytestmark = pytest.mark.django_db
 
@@ -262,6 +263,7 @@ def test_a_job_stored_before_tokens_existed_keeps_its_bare_primary_key_as_id(job
         tasks.add.get_result(f"{old.pk}-0")
 
 
+@one_table_only
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_gives_rows_already_stored_token_0():
     executor = MigrationExecutor(connection)
@@ -279,6 +281,7 @@ def test_the_migration_gives_rows_already_stored_token_0():
     assert tasks.add.get_result(str(job.pk)).args == [1, 2]  # the id it was given before
 
 
+@one_table_only
 @pytest.mark.django_db(transaction=True)
 def test_code_older_than_the_token_still_enqueues_once_the_migration_has_run():
     """A rolling upgrade: the migrations have run, and a web process still runs code that

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from django_outbox.jobs.claim import claim
 from django_outbox.models import Job, JobStatus
+from tests.layout import one_table_only
 from tests.statements import names, one_claim, plan_of
 
 pytestmark = pytest.mark.django_db
@@ -138,6 +139,7 @@ def test_only_the_workers_backend_alias_is_claimed(job_factory):
     assert len(claim("w2", ["default"], 10, 30, backend="other")) == 1
 
 
+@one_table_only
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="fillfactor is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)  # committed, as a worker's: old versions can go
 def test_claimed_and_finished_versions_stay_on_their_page():

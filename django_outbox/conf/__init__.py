@@ -216,6 +216,11 @@ class RetentionSettings:
         Number(MAX_NUMBER, seconds=True),
         "Seconds between two prunes by one worker (each starts at a random point).",
     )
+    PARTITIONS: bool = setting(
+        False,
+        Flag(),
+        "PostgreSQL: prunes drop past days' partitions of the job table (outbox_partition).",
+    )
 
     @property
     def age(self) -> timedelta:

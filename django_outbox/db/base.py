@@ -54,6 +54,12 @@ class Dialect(ABC):
     #: (migration 0020), so the count reads the index alone.
     finished_status_column: str = "status"
 
+    def partitioned(self, connection: Any, table: str) -> bool:
+        """Whether ``table`` is partitioned by status and day of finishing, so that
+        retention drops a day instead of deleting its rows (PostgreSQL only:
+        ``OUTBOX["RETENTION"]["PARTITIONS"]``, ``db/partitions.py``)."""
+        return False
+
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"
 

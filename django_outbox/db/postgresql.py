@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django_outbox.db import partitions
 from django_outbox.db.base import Dialect
 
 
@@ -17,8 +20,11 @@ class PostgreSQL(Dialect):
         # deadlock_detected, serialization_failure
         return getattr(exc.__cause__, "sqlstate", None) in ("40P01", "40001")
 
+    def partitioned(self, connection: Any, table: str) -> bool:
+        return partitions.is_partitioned(connection, table)
+
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
-        return "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [table]
+        return partitions.row_estimate_sql(), [table]
 
     def real(self, sql: str) -> str:
         return f"{sql}::float8"

@@ -1,13 +1,14 @@
 """A worker's own pruning, when ``OUTBOX["RETENTION"]`` is set: a thread that runs
 ``retention.prune`` every EVERY_SECONDS, the first time at a random point of the first
-period (so workers started together do not prune together), until the worker stops."""
+period (so workers started together do not prune together), until the worker stops. With
+PARTITIONS it makes the job table's partitions of the next days first, at start."""
 
 from __future__ import annotations
 
 import logging
 import random
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from django_outbox import retention
 from django_outbox.conf import RetentionSettings
@@ -26,7 +27,27 @@ class Pruner(BackgroundThread):
         self.rounds = 0
 
     def first_wait(self) -> float:
+        if self.settings.PARTITIONS:
+            self.make_partitions()
         return random.uniform(0, self.settings.EVERY_SECONDS)
+
+    def make_partitions(self) -> None:
+        """Today's and the next days' partitions of a partitioned job table, at start (a
+        prune makes them too): finished jobs then land in their day's, not the default."""
+        try:
+            made = retention.make_partitions()
+        except DatabaseError as exc:
+            logger.warning(
+                "worker %s: making the job table's partitions failed (%s); the next prune "
+                "makes them",
+                self.worker_id,
+                exc,
+            )
+            return
+        finally:
+            connections.close_all()  # this thread's connections only
+        if made:
+            logger.info("worker %s: made partitions %s", self.worker_id, ", ".join(made))
 
     def round(self) -> float:
         self.prune_once()
