@@ -34,6 +34,9 @@ W008  OUTBOX["RETENTION"]["PARTITIONS"] is on but the job table is one table (ru
 
 The settings' ids (E001, E004's "not a dict", E005 to E008, E011) are declared with their groups in
 ``django_outbox.conf``, which says which problem is whose.
+
+One module over 400 lines: every system check of django_outbox, so that the ids above and
+the checks that give them read in one place.
 """
 
 from __future__ import annotations

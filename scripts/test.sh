@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: migrations check, then pytest on SQLite, then on PostgreSQL and on
-# MariaDB at once (and MySQL's part on MariaDB), each server when reachable.
+# MariaDB at once (and MySQL's part on MariaDB, the engine's on a partitioned PostgreSQL
+# job table), each server when reachable.
 #
 # PostgreSQL: DATABASE_URL if set, else postgres://postgres@127.0.0.1:5432/test when a
 # server answers there. MariaDB (or MySQL): MARIADB_URL if set, else
@@ -104,12 +105,36 @@ if [ $# = 0 ] && [ "${OUTBOX_TEST_MYSQL:-1}" = 1 ] && reachable "$mariadb_url" 2
     mysql=$!
 fi
 
+# The engine's tests on PostgreSQL again, against the job table partitioned by status and
+# day (OUTBOX_TEST_PARTITIONED=1, manage.py outbox_partition): a whole run, or none when
+# pytest arguments pick tests; OUTBOX_TEST_PARTITIONED_RUN=0 leaves it to another run. On a
+# test database and a Redis database of its own (five below the PostgreSQL run's).
+partitioned=""
+if [ $# = 0 ] && [ "${OUTBOX_TEST_PARTITIONED_RUN:-1}" = 1 ] && reachable "$pg_url" 2>/dev/null; then
+    partitioned_log=$(mktemp)
+    (
+        echo "== pytest on PostgreSQL with a partitioned job table (OUTBOX_TEST_PARTITIONED=1)"
+        OUTBOX_TEST_PARTITIONED=1 OUTBOX_TEST_PG_NAME="${OUTBOX_TEST_PG_NAME:-test_outbox}_partitioned" \
+            OUTBOX_TEST_REDIS_URL="${redis_url%/*}/$(( ${redis_url##*/} - 5 ))" DATABASE_URL=$pg_url \
+            "$PY" -m pytest -q tests/test_partitions.py tests/test_retention.py tests/test_claim.py \
+            tests/test_complete.py tests/test_unique.py tests/test_leases.py tests/test_backend.py \
+            tests/test_cancel.py tests/test_workflows.py tests/test_keys.py tests/test_enqueue.py \
+            tests/test_worker.py tests/test_tasks_contract.py tests/test_batches.py
+    ) >"$partitioned_log" 2>&1 &
+    partitioned=$!
+fi
+
 failed=0
 OUTBOX_TEST_REDIS_URL=$mariadb_redis_url run MariaDB "$mariadb_url" "${server_args[@]}" || failed=1
 if [ -n "$mysql" ]; then
     wait $mysql || failed=1
     cat "$mysql_log"
     rm -f "$mysql_log"
+fi
+if [ -n "$partitioned" ]; then
+    wait $partitioned || failed=1
+    cat "$partitioned_log"
+    rm -f "$partitioned_log"
 fi
 wait $pg || failed=1
 cat "$pg_log"

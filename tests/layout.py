@@ -9,7 +9,10 @@ import pytest
 
 PARTITIONED = os.environ.get("OUTBOX_TEST_PARTITIONED") == "1"
 
-#: A test of what only one table does: rows that stay on their page, migrations of it.
+#: A test of what only one table does: rows that stay on their page, migrations of it,
+#: settings without OUTBOX["RETENTION"]["PARTITIONS"] that a partitioned table wants.
 one_table_only = pytest.mark.skipif(
-    PARTITIONED, reason="a partitioned job table moves finished rows and is not migrated"
+    PARTITIONED,
+    reason="one job table only (a partitioned one moves finished rows, is not migrated "
+    "and wants its setting)",
 )

@@ -10,6 +10,7 @@ from django_outbox import checks as checks_module
 from django_outbox import conf
 from django_outbox.checks import sqlite_checks
 from django_outbox.conf import rules
+from tests.layout import one_table_only
 
 pytestmark = pytest.mark.django_db  # model checks ask SQLite about JSON support
 
@@ -127,6 +128,7 @@ def test_a_bad_outbox_setting_is_a_system_check_error_and_refused_at_use(value, 
             conf.get()
 
 
+@one_table_only
 def test_good_settings_pass_and_overrides_take_effect():
     assert outbox_errors() == []
     with override_settings(OUTBOX={"POLL_INTERVAL": 2, "DEFAULT_MAX_ATTEMPTS": 7}):
@@ -262,6 +264,7 @@ GOOD_EVERYWHERE = {
 }
 
 
+@one_table_only
 def test_a_good_value_in_every_group_yields_no_check_message():
     with override_settings(OUTBOX=GOOD_EVERYWHERE):
         assert [

@@ -44,7 +44,7 @@ class Command(BaseCommand):
         if not partitions.supported(alias):
             raise CommandError(
                 f"The job table can be partitioned on PostgreSQL only; the database {alias!r} "
-                f"is {connection.vendor}."
+                "is not PostgreSQL."
             )
         partitioned = partitions.is_partitioned(connection, table)
         if options["undo"]:
