@@ -363,3 +363,26 @@ def waiting_on_a_lock() -> bool:
             "AND wait_event_type = 'Lock'"
         )
         return bool(cursor.fetchone()[0])
+
+
+@on_postgres
+def test_the_claim_and_the_completion_reach_the_active_partition_only(
+    committed_partitioning, run_worker
+):
+    from django.test.utils import CaptureQueriesContext
+
+    from django_outbox.db import statement_name
+    from django_outbox.jobs import claim
+    from tests.statements import plan_of
+
+    claim._claim_sql.cache_clear()  # built before this test's conversion
+    for n in range(5):
+        tasks.add.enqueue(n, 1)
+    with CaptureQueriesContext(connection) as queries:
+        run_worker(concurrency=1)
+    statements = {statement_name(q["sql"]): q["sql"] for q in queries.captured_queries}
+    assert {"claim", "complete-succeeded"} <= set(statements), sorted(map(str, statements))
+    for name in ("claim", "complete-succeeded"):
+        plan = plan_of(statements[name])
+        assert f"Update on {TABLE}_active" in plan, plan
+        assert f"{TABLE}_d20" not in plan and f"{TABLE}_fdefault" not in plan, plan

@@ -60,6 +60,12 @@ class Dialect(ABC):
         ``OUTBOX["RETENTION"]["PARTITIONS"]``, ``db/partitions.py``)."""
         return False
 
+    def partition_condition(self, alias: str, column: str, status: str) -> str:
+        """``"<column> = '<status>' AND "`` where the job table of ``alias`` is
+        partitioned, so that a statement finding its rows by id reaches the one partition
+        that holds rows of ``status`` (the planner leaves the others out); else empty."""
+        return ""
+
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"
 

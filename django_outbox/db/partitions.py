@@ -30,13 +30,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from functools import cache
 from typing import Any
 
 from django.db import DatabaseError, connections, transaction
 
 from django_outbox.conf import FINISHED_STATUSES
 from django_outbox.db.names import named
-from django_outbox.models.jobs import ACTIVE_STATUSES
+from django_outbox.models.jobs import ACTIVE_STATUSES, Job
 
 #: Days of partitions made ahead of today, at conversion and at every prune.
 DAYS_AHEAD = 3
@@ -92,6 +93,14 @@ class NotConvertible(Exception):
 def supported(alias: str) -> bool:
     """Whether the database at ``alias`` can partition the job table (PostgreSQL)."""
     return bool(connections[alias].vendor == "postgresql")
+
+
+@cache
+def jobs_partitioned(alias: str) -> bool:
+    """Whether the job table of ``alias`` is partitioned, asked once per process: it is
+    converted with the workers stopped. Statements that find jobs by id then name their
+    status too (``Dialect.partition_condition``); a stale answer costs speed, never rows."""
+    return is_partitioned(connections[alias], Job._meta.db_table)
 
 
 def is_partitioned(connection: Any, table: str) -> bool:
@@ -154,6 +163,7 @@ def partition(
             if not unique:
                 _name_active_copy(cursor, name, names.active)
         cursor.execute(f"ANALYZE {_q(table)}")
+    jobs_partitioned.cache_clear()
     return made
 
 
@@ -179,6 +189,7 @@ def unpartition(connection: Any, table: str) -> None:
         for _name, definition, _unique in indexes:
             cursor.execute(_retarget(definition, table))
         cursor.execute(f"ANALYZE {_q(table)}")
+    jobs_partitioned.cache_clear()
 
 
 def make_days(connection: Any, table: str, today: date | None = None) -> list[str]:

@@ -23,6 +23,11 @@ class PostgreSQL(Dialect):
     def partitioned(self, connection: Any, table: str) -> bool:
         return partitions.is_partitioned(connection, table)
 
+    def partition_condition(self, alias: str, column: str, status: str) -> str:
+        if not partitions.jobs_partitioned(alias):
+            return ""
+        return f"{column} = '{status}' AND "
+
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
         return partitions.row_estimate_sql(), [table]
 

@@ -493,6 +493,7 @@ def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     return named(
         "claim",
         f"UPDATE {table} SET {set_claimed(alias)} "
-        f"WHERE {sql.id_in_subquery('id', due)} "
+        f"WHERE {sql.partition_condition(alias, 'status', JobStatus.QUEUED.value)}"
+        f"{sql.id_in_subquery('id', due)} "
         f"RETURNING {returning}",
     )
