@@ -60,11 +60,12 @@ class Dialect(ABC):
         ``OUTBOX["RETENTION"]["PARTITIONS"]``, ``db/partitions.py``)."""
         return False
 
-    def partition_condition(self, alias: str, column: str, status: str) -> str:
-        """``"<column> = '<status>' AND "`` where the job table of ``alias`` is
-        partitioned, so that a statement finding its rows by id reaches the one partition
-        that holds rows of ``status`` (the planner leaves the others out); else empty."""
-        return ""
+    def active_jobs_table(self, alias: str, table: str) -> str:
+        """The table, quoted, that a statement moving jobs between active statuses updates
+        (a claim: queued to running): ``table`` itself, or, where the job table of
+        ``alias`` is partitioned, its active partition, which holds those rows before and
+        after. A statement finding its rows by id then looks in no other partition."""
+        return '"' + table.replace('"', '""') + '"'
 
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"

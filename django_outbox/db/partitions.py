@@ -98,8 +98,8 @@ def supported(alias: str) -> bool:
 @cache
 def jobs_partitioned(alias: str) -> bool:
     """Whether the job table of ``alias`` is partitioned, asked once per process: it is
-    converted with the workers stopped. Statements that find jobs by id then name their
-    status too (``Dialect.partition_condition``); a stale answer costs speed, never rows."""
+    converted with the workers stopped. A claim then updates the active partition
+    (``Dialect.active_jobs_table``)."""
     return is_partitioned(connections[alias], Job._meta.db_table)
 
 

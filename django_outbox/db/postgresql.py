@@ -23,10 +23,10 @@ class PostgreSQL(Dialect):
     def partitioned(self, connection: Any, table: str) -> bool:
         return partitions.is_partitioned(connection, table)
 
-    def partition_condition(self, alias: str, column: str, status: str) -> str:
-        if not partitions.jobs_partitioned(alias):
-            return ""
-        return f"{column} = '{status}' AND "
+    def active_jobs_table(self, alias: str, table: str) -> str:
+        if partitions.jobs_partitioned(alias):
+            table = partitions.Names(table).active
+        return super().active_jobs_table(alias, table)
 
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
         return partitions.row_estimate_sql(), [table]

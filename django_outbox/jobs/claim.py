@@ -492,8 +492,7 @@ def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     returning = ", ".join(quote(column(Job, name)) for name in RETURNED_FIELDS)
     return named(
         "claim",
-        f"UPDATE {table} SET {set_claimed(alias)} "
-        f"WHERE {sql.partition_condition(alias, 'status', JobStatus.QUEUED.value)}"
-        f"{sql.id_in_subquery('id', due)} "
+        f"UPDATE {sql.active_jobs_table(alias, Job._meta.db_table)} SET {set_claimed(alias)} "
+        f"WHERE {sql.id_in_subquery('id', due)} "
         f"RETURNING {returning}",
     )

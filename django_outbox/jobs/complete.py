@@ -244,13 +244,10 @@ def _update_joined(
     # Status and worker are compared with columns of v, not constants, and the rows are
     # found by their ids (update_from_arrays): the plan is the same whatever the
     # statistics say, and reads no partial index's dead entries.
-    sql_dialect = dialect(connection.alias)
-    running = JobStatus.RUNNING.value
-    sql = sql_dialect.update_from_arrays(
+    sql = dialect(connection.alias).update_from_arrays(
         table,
         ", ".join(assignments),
         list(zip(names, types, strict=True)),
-        f"{sql_dialect.partition_condition(connection.alias, f'{table}.status', running)}"
         f"{table}.id = v._id AND {table}.attempts = v._attempts "
         f"AND {table}.status = v._status AND {table}.worker_id = v._worker",
         constants=(("_status", "text"), ("_worker", "text")),
