@@ -29,8 +29,8 @@ W006  a MariaDB/MySQL database whose sql_mode is not strict (values cut silently
 W007  TASKS["default"] is another backend while an alias has django_outbox's: a task
       without backend= goes to the other one
 W008  OUTBOX["RETENTION"]["PARTITIONS"] is on but the job table is one table (run
-      outbox_partition), or the job table is partitioned while it is off (no partitions
-      of the days ahead are made: finished jobs pile up in the default partition)
+      outbox_partition), or the job table is partitioned while it is off (workers do not
+      make the days ahead at start: finished jobs may go to the default partition)
 
 The settings' ids (E001, E004's "not a dict", E005 to E008, E011) are declared with their groups in
 ``django_outbox.conf``, which says which problem is whose.
@@ -391,9 +391,10 @@ def partition_checks(alias: str, query: bool = False) -> list[checks.CheckMessag
     if partitioned and not wanted:
         return [
             checks.Warning(
-                f"The job table of {alias!r} is partitioned, but {setting} is not True: no "
-                "worker makes the partitions of the days ahead, and finished jobs go to the "
-                "default partition, which is pruned in chunks.",
+                f"The job table of {alias!r} is partitioned, but {setting} is not True: "
+                "workers do not make the partitions of the days ahead when they start (only "
+                "prunes do), and finished jobs of a day without one go to the default "
+                "partition, which is pruned in chunks.",
                 hint=f"Set {setting} = True, or run: python manage.py outbox_partition --undo",
                 id="django_outbox.W008",
             )

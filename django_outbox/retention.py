@@ -108,15 +108,19 @@ def prune(
     statuses = parse_statuses(statuses)
     pruned = Pruned()
     report = progress or (lambda _: None)
+    partitioned = _partitioned()
+    # A partitioned table's finished jobs go with their day, once all of it is past the
+    # age: deleting the older part of a day first would leave its partition little to drop.
+    jobs_cutoff = partitions.day_start(cutoff) if partitioned else cutoff
     if dry_run:
-        _count(pruned, cutoff, statuses)
+        _count(pruned, cutoff, statuses, jobs_cutoff)
         report(pruned)
         return pruned
-    if _partitioned():
+    if partitioned:
         # Workflows first: their old steps' jobs would keep a day's partition.
         _prune_workflows(pruned, cutoff, statuses, report)
-        _drop_days(pruned, cutoff, statuses, report)
-        _prune_jobs(pruned, cutoff, statuses, report)
+        _drop_days(pruned, jobs_cutoff, statuses, report)
+        _prune_jobs(pruned, jobs_cutoff, statuses, report)
     else:
         _prune_jobs(pruned, cutoff, statuses, report)
         _prune_workflows(pruned, cutoff, statuses, report)
@@ -189,9 +193,25 @@ def _drop_days(
     """Drop each day's partition of finished jobs that ended before ``cutoff`` and holds no
     row that stays: a workflow's step (it goes with its workflow), a failed job holding its
     sequence, a job of a status not pruned. A day that keeps a row is left to the chunked
-    deletes; so is one whose detach could not take its lock in time."""
+    deletes; so is one whose detach could not take its lock in time. One prune at a time
+    drops days (another one at the same moment leaves them to it); then the days ahead are
+    made."""
     sql = _Sql(Job)
     table = Job._meta.db_table
+    with partitions.one_dropper(sql.connection) as alone:
+        if alone:
+            _drop_past_days(sql, table, pruned, cutoff, statuses, report)
+    partitions.make_days(sql.connection, table)
+
+
+def _drop_past_days(
+    sql: _Sql,
+    table: str,
+    pruned: Pruned,
+    cutoff: datetime,
+    statuses: list[str],
+    report: Callable[[Pruned], None],
+) -> None:
     for name in partitions.leftovers(sql.connection, table):
         pruned.counts["jobs"] += partitions.drop(sql.connection, name)
     holding = f"SELECT held_by FROM {sql.table(LimitKey)} WHERE held_by IS NOT NULL"
@@ -208,7 +228,6 @@ def _drop_days(
         if dropped := partitions.drop(sql.connection, day.name):
             pruned.counts["jobs"] += dropped
             report(pruned)
-    partitions.make_days(sql.connection, table)
 
 
 #: Workflows per round: each brings its steps' jobs, steps and edges.
@@ -313,10 +332,10 @@ def _prune_hours(pruned: Pruned, cutoff: datetime, report: Callable[[Pruned], No
         report(pruned)
 
 
-def _count(pruned: Pruned, cutoff: datetime, statuses: list[str]) -> None:
+def _count(pruned: Pruned, cutoff: datetime, statuses: list[str], jobs_cutoff: datetime) -> None:
     pruned.counts["jobs"] = (
         Job.objects.exclude(id__in=LimitKey.objects.filter(held_by__isnull=False).values("held_by"))
-        .filter(status__in=statuses, finished_at__lt=cutoff, workflow_id=None)
+        .filter(status__in=statuses, finished_at__lt=jobs_cutoff, workflow_id=None)
         .count()
     )
     workflows = Workflow.objects.filter(status__in=statuses, finished_at__lt=cutoff)

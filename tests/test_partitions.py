@@ -8,6 +8,7 @@ partitioned table (OUTBOX_TEST_PARTITIONED=1, tests/conftest.py)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -85,10 +86,23 @@ def exists(name: str) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def indexes() -> set[str]:
+def indexes() -> dict[str, str]:
+    """The job table's indexes by name, each as its definition, and its storage options."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s", [TABLE])
-        return {row[0] for row in cursor.fetchall()}
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s "
+            "UNION ALL SELECT 'options', coalesce(array_to_string(reloptions, ','), '') "
+            "FROM pg_class WHERE oid = %s::regclass",
+            [TABLE, TABLE],
+        )
+        return {name: _without_casts(text) for name, text in cursor.fetchall()}
+
+
+def _without_casts(definition: str) -> str:
+    """A definition as PostgreSQL prints it, without the casts and brackets its printing of
+    the same predicate varies in (a list of statuses is cast per item or as a whole)."""
+    casts = r"::(character varying|text|bigint|integer|timestamp with time zone)(\[\])?"
+    return re.sub(r"[()]", "", re.sub(casts, "", definition))
 
 
 def unpartitioned() -> None:
@@ -127,7 +141,9 @@ def test_the_command_partitions_the_table_with_its_rows_and_undo_makes_it_one_ag
     assert f"{TABLE} is one table again, with its 5 jobs." in output
     assert not partitions.is_partitioned(connection, TABLE)
     assert indexes() == before
-    assert set(Job.objects.values_list("pk", flat=True)) > {queued.pk, long_ago.pk}
+    assert "fillfactor" in before["options"]
+    jobs = {queued.pk, today.pk, three_days.pk, long_ago.pk}
+    assert len(set(Job.objects.values_list("pk", flat=True)) - jobs) == 1
     assert "nothing to undo" in command("--undo")
 
 
@@ -172,6 +188,48 @@ def test_a_prune_drops_past_days_and_keeps_what_must_stay(partitioning):
     assert exists(day_name(11)) and exists(day_name(12))
     assert set(Job.objects.values_list("pk", flat=True)) == {step_day[1].pk, holder.pk, recent.pk}
     assert pruned.counts["jobs"] == 4
+
+
+@on_postgres
+@pytest.mark.django_db
+def test_a_job_goes_with_its_day_once_all_of_the_day_is_past_the_age(partitioning):
+    unpartitioned()
+    now = timezone.now()
+    cutoff = now - timedelta(days=7)
+    midnight = partitions.day_start(cutoff)
+    # Older than the age, but its day is not over before the cutoff: it waits for its day.
+    waits = Job.objects.create(
+        task_path="tests.tasks.add",
+        status=JobStatus.SUCCEEDED,
+        finished_at=midnight + (cutoff - midnight) / 2,
+    )
+    day_before = Job.objects.create(
+        task_path="tests.tasks.add",
+        status=JobStatus.SUCCEEDED,
+        finished_at=midnight - timedelta(hours=1),
+    )
+    command()
+    assert "1 job" in prune_output("--older-than", "7d", "--dry-run")
+
+    retention.prune(timedelta(days=7), now=now)
+
+    assert list(Job.objects.values_list("pk", flat=True)) == [waits.pk]
+    assert not exists(partition_of_day(midnight - timedelta(hours=1)))
+    assert exists(partition_of_day(midnight))
+
+    retention.prune(timedelta(days=7), now=midnight + timedelta(days=8))
+    assert not Job.objects.filter(pk__in=[waits.pk, day_before.pk]).exists()
+    assert not exists(partition_of_day(midnight))
+
+
+def partition_of_day(moment: datetime) -> str:
+    return f"{TABLE}_d{moment.astimezone(UTC):%Y%m%d}"
+
+
+def prune_output(*args: str) -> str:
+    out = StringIO()
+    call_command("outbox_prune", *args, stdout=out)
+    return out.getvalue()
 
 
 @on_postgres
@@ -352,7 +410,11 @@ def test_a_cancel_meeting_the_completion_that_moves_its_row_finds_it_finished(
             release.wait(10)
         connections.close_all()
 
+    canceller_pid: list[int] = []
+
     def cancel() -> None:
+        connection.ensure_connection()
+        canceller_pid.append(connection.connection.info.backend_pid)
         said.append(cancel_job(job.pk))
         connections.close_all()
 
@@ -362,7 +424,10 @@ def test_a_cancel_meeting_the_completion_that_moves_its_row_finds_it_finished(
     canceller = threading.Thread(target=cancel)
     canceller.start()
     try:
-        wait_until(lambda: waiting_on_a_lock(), what="the cancel waiting for the completion")
+        wait_until(
+            lambda: canceller_pid and waiting_on_a_lock(canceller_pid[0]),
+            what="the cancel waiting for the completion",
+        )
     finally:
         release.set()
         completer.join(10)
@@ -371,11 +436,11 @@ def test_a_cancel_meeting_the_completion_that_moves_its_row_finds_it_finished(
     assert Job.objects.get(pk=job.pk).cancel_requested_at is None
 
 
-def waiting_on_a_lock() -> bool:
+def waiting_on_a_lock(pid: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+            [pid],
         )
         return bool(cursor.fetchone()[0])
 

@@ -219,7 +219,7 @@ class RetentionSettings:
     PARTITIONS: bool = setting(
         False,
         Flag(),
-        "PostgreSQL: prunes drop past days' partitions of the job table (outbox_partition).",
+        "PostgreSQL: the job table is partitioned by day (outbox_partition), made ahead.",
     )
 
     @property

@@ -27,7 +27,10 @@ its days and their drop, reads in one place.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
@@ -49,7 +52,12 @@ DAYS_BEHIND = 8
 #: the detach holds the finished partitions' parent exclusively, and completions wait.
 DETACH_LOCK_TIMEOUT = "2s"
 
+#: The advisory lock (two keys) that one prune at a time holds while it drops days.
+DROPPER_LOCK = (0x6F7574, 0x64726F70)
+
 _DAY_NAME = re.compile(r"_d(\d{8})$")
+
+logger = logging.getLogger("django_outbox.retention")
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,26 @@ class Day:
 
 class NotConvertible(Exception):
     """The job table cannot be converted as it is (the message says why)."""
+
+
+def day_start(moment: datetime) -> datetime:
+    """The UTC midnight that begins ``moment``'s day: the day partitions' bounds."""
+    return datetime.combine(moment.astimezone(UTC).date(), time(), tzinfo=UTC)
+
+
+@contextmanager
+def one_dropper(connection: Any) -> Iterator[bool]:
+    """Whether this prune is the one that drops days now (a session's advisory lock, held
+    for the block): two at once would race to detach and drop the same day."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", list(DROPPER_LOCK))
+        alone = bool(cursor.fetchone()[0])
+    try:
+        yield alone
+    finally:
+        if alone:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", list(DROPPER_LOCK))
 
 
 def supported(alias: str) -> bool:
@@ -203,13 +231,20 @@ def make_days(connection: Any, table: str, today: date | None = None) -> list[st
         day = today + timedelta(days=offset)
         try:
             with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                # Making a partition holds the finished partitions exclusively, as a detach
+                # does: completions wait, so wait for them briefly only.
+                cursor.execute(f"SET LOCAL lock_timeout = '{DETACH_LOCK_TIMEOUT}'")
                 if _make_day(cursor, names, day, check_default=True):
                     cursor.execute(f"ALTER TABLE {_q(names.day(day))} ADD PRIMARY KEY (id)")
                     made.append(names.day(day))
-        except DatabaseError:
-            # Another worker made it at the same moment: the day has its partition.
+        except DatabaseError as exc:
+            # Another worker made it at the same moment (the day has its partition), or the
+            # lock was not to be had: the next prune makes it.
             if not _exists(connection, names.day(day)):
-                raise
+                logger.warning(
+                    "the job table's partition %s was not made (%s)", names.day(day), exc
+                )
+                break
     return made
 
 
@@ -239,7 +274,7 @@ def leftovers(connection: Any, table: str) -> list[str]:
                 "AND c.relname LIKE %s AND NOT c.relispartition "
                 "AND pg_table_is_visible(c.oid)",
             ),
-            [f"{table}\\_d%"],
+            [table.replace("_", "\\_") + "\\_d%"],
         )
         return sorted(row[0] for row in cursor.fetchall() if _day_of(row[0]) is not None)
 
@@ -266,7 +301,8 @@ def detach(connection: Any, table: str, day: Day) -> bool:
                     f"ALTER TABLE {_q(Names(table).finished)} DETACH PARTITION {_q(day.name)}",
                 )
             )
-    except DatabaseError:
+    except DatabaseError as exc:
+        logger.warning("%s was not detached; its rows are deleted in chunks (%s)", day.name, exc)
         return False
     return True
 
@@ -274,6 +310,7 @@ def detach(connection: Any, table: str, day: Day) -> bool:
 def drop(connection: Any, name: str) -> int:
     """Drop the detached day table ``name``; how many rows it held."""
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        cursor.execute(f"LOCK TABLE {_q(name)} IN ACCESS EXCLUSIVE MODE")
         cursor.execute(f"SELECT count(*) FROM {_q(name)}")
         count = int(cursor.fetchone()[0])
         cursor.execute(named("partitions-drop", f"DROP TABLE {_q(name)}"))
