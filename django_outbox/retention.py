@@ -162,15 +162,19 @@ def _prune_jobs(
     pruned: Pruned, cutoff: datetime, statuses: list[str], report: Callable[[Pruned], None]
 ) -> None:
     sql = _Sql(Job)
-    # A failed job holding its sequence stays until it is retried or skipped (jobs/keys.py).
-    holding = f"SELECT held_by FROM {sql.table(LimitKey)} WHERE held_by IS NOT NULL"
     where = (
         f"status IN ({_status_list(statuses)}) AND finished_at < %s AND workflow_id IS NULL "
-        f"AND id NOT IN ({holding})"
+        f"AND id NOT IN ({_holding(sql)})"
     )
     while deleted := sql.delete_chunk(Job, where, [sql.datetime(cutoff)], order="finished_at"):
         pruned.counts["jobs"] += deleted
         report(pruned)
+
+
+def _holding(sql: _Sql) -> str:
+    """The ids of the failed jobs that hold their sequence: they stay until retried or
+    skipped (jobs/keys.py)."""
+    return f"SELECT held_by FROM {sql.table(LimitKey)} WHERE held_by IS NOT NULL"
 
 
 def _partitioned() -> bool:
@@ -214,14 +218,13 @@ def _drop_past_days(
 ) -> None:
     for name in partitions.leftovers(sql.connection, table):
         pruned.counts["jobs"] += partitions.drop(sql.connection, name)
-    holding = f"SELECT held_by FROM {sql.table(LimitKey)} WHERE held_by IS NOT NULL"
-    keep = f"workflow_id IS NOT NULL OR id IN ({holding})"
+    keep = f"workflow_id IS NOT NULL OR id IN ({_holding(sql)})"
     if set(statuses) != set(FINISHED_NAMES):
         keep += f" OR status NOT IN ({_status_list(statuses)})"
     for day in partitions.days(sql.connection, table):
         if day.end > cutoff:
             break
-        if partitions.keeps_rows(sql.connection, day, keep, []):
+        if partitions.keeps_rows(sql.connection, day, keep):
             continue
         if not partitions.detach(sql.connection, table, day):
             continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from django.db import connections
+
 from django_outbox.db.names import named
 
 
@@ -65,7 +67,7 @@ class Dialect(ABC):
         (a claim: queued to running): ``table`` itself, or, where the job table of
         ``alias`` is partitioned, its active partition, which holds those rows before and
         after. A statement finding its rows by id then looks in no other partition."""
-        return '"' + table.replace('"', '""') + '"'
+        return str(connections[alias].ops.quote_name(table))
 
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"

@@ -279,12 +279,11 @@ def leftovers(connection: Any, table: str) -> list[str]:
         return sorted(row[0] for row in cursor.fetchall() if _day_of(row[0]) is not None)
 
 
-def keeps_rows(connection: Any, day: Day, keep: str, params: list[Any]) -> bool:
+def keeps_rows(connection: Any, day: Day, keep: str) -> bool:
     """Whether a row of ``day`` matches ``keep`` (a condition on its columns)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            named("partitions-keeps", f"SELECT EXISTS (SELECT 1 FROM {_q(day.name)} WHERE {keep})"),
-            params,
+            named("partitions-keeps", f"SELECT EXISTS (SELECT 1 FROM {_q(day.name)} WHERE {keep})")
         )
         return bool(cursor.fetchone()[0])
 

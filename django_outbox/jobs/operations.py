@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from django.db import DatabaseError, IntegrityError, router, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_outbox.compat import TaskResult, TaskResultDoesNotExist
-from django_outbox.db import dialect
+from django_outbox.db.retries import again_after_deadlocks
 from django_outbox.jobs import keys, steps
 from django_outbox.jobs.results import resolve_task
 from django_outbox.jobs.returning import update_returning
@@ -171,14 +171,12 @@ def _again_if_moved(using: str, update: Callable[[], int]) -> int:
     to another partition at the same moment (a partitioned job table: the database then
     fails the statement, SQLSTATE 40001, instead of following the row). Run again, it finds
     the row as it is now: finished, so no longer running."""
-    for run in range(1, MOVED_TRIES + 1):
-        try:
-            with transaction.atomic(using=using):
-                return update()
-        except DatabaseError as exc:
-            if run == MOVED_TRIES or not dialect(using).deadlock(exc):
-                raise
-    raise AssertionError("unreachable")
+
+    def under_a_savepoint() -> int:
+        with transaction.atomic(using=using):
+            return update()
+
+    return again_after_deadlocks(using, under_a_savepoint, MOVED_TRIES)
 
 
 def cancel_job(job: TaskResult | int | str) -> str:

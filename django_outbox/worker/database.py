@@ -13,8 +13,8 @@ from typing import Any
 from django.db import Error as DatabaseErrors
 from django.db import InterfaceError, OperationalError, connections
 
-from django_outbox.db import dialect
 from django_outbox.db.reachability import first_line
+from django_outbox.db.retries import again_after_deadlocks
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -77,14 +77,14 @@ class Database:
         """``operation``'s value; run again where the database undid its transaction for a
         deadlock (InnoDB picks one of two transactions updating rows through the same
         indexes; every operation here is one transaction, or several that each stand alone)."""
-        for run in range(1, DEADLOCK_TRIES + 1):
-            try:
-                return operation()
-            except DatabaseErrors as exc:
-                if run == DEADLOCK_TRIES or not dialect(self.alias).deadlock(exc):
-                    raise
-                logger.debug("worker %s: deadlock (%s); running again", self.worker_id, exc)
-        raise AssertionError("unreachable")
+        return again_after_deadlocks(
+            self.alias,
+            operation,
+            DEADLOCK_TRIES,
+            lambda exc: logger.debug(
+                "worker %s: deadlock (%s); running again", self.worker_id, exc
+            ),
+        )
 
     def count_statement(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         """An execute_wrapper for the main connection."""

@@ -78,9 +78,7 @@ class Command(BaseCommand):
         )
 
     def _rows(self, connection: Any, table: str) -> str:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {connection.ops.quote_name(table)}")
-            return text.count(int(cursor.fetchone()[0]), "job", "jobs")
+        return text.count(Job.objects.using(connection.alias).count(), "job", "jobs")
 
     def _days(self, connection: Any, table: str) -> str:
         days = partitions.days(connection, table)
