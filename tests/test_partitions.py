@@ -480,3 +480,9 @@ def test_the_claim_updates_the_active_partition_by_primary_key_only(partitioning
     assert f"Update on {TABLE}_active" in plan, plan
     assert f"{TABLE}_d20" not in plan and f"{TABLE}_fdefault" not in plan, plan
     assert f"{TABLE}_active_pkey" in plan and "outbox_job_claim_active" in plan, plan
+
+
+@pytest.mark.django_db
+def test_an_unknown_database_is_named(partitioning):
+    with pytest.raises(CommandError, match="No database 'nope' in DATABASES"):
+        command("--database", "nope")
