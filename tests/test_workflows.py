@@ -28,6 +28,23 @@ def test_a_chain_passes_each_result_to_the_next_step(run_worker):
     assert done.finished and [s.waits_for for s in done.steps] == [(), (0,), (1,)]
 
 
+@pytest.mark.django_db
+def test_the_run_enqueue_returns_is_the_run_read_back():
+    run = workflows.chord(
+        workflows.group(workflows.step(tasks.add, 1, 2), workflows.step(tasks.double, 4)),
+        workflows.step(tasks.add, 10).always(),
+    ).enqueue("read back")
+    read = workflows.get(run.id)
+    # Its steps are made when first read: the same as those read from the database, as a
+    # sequence (length, slices, equality with the tuple) and as a whole run.
+    assert run == read and len(run.steps) == 3
+    assert run.steps == read.steps and read.steps == run.steps and run.steps == tuple(read.steps)
+    assert run.steps[1:] == read.steps[1:] and run.steps[-1].always
+    assert [s.waits_for for s in run.steps] == [(), (), (0, 1)]
+    assert [s.task_path for s in run.steps] == [s.task_path for s in read.steps]
+    assert run.steps[0].result_id == tasks.add.get_result(run.steps[0].result_id).id
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_immutable_step_takes_no_result_from_the_chain(run_worker):
     run = workflows.chain(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from django.db import IntegrityError, router, transaction
 from django.db.models import F
@@ -26,6 +27,7 @@ from django_outbox.models import (
     WorkflowStep,
 )
 from django_outbox.wake.notify import notify_on_commit
+from django_outbox.workflows.plan import Node
 
 #: A step's status when it was not run because a step above it failed.
 UPSTREAM_FAILED = "upstream_failed"
@@ -60,6 +62,47 @@ class StepState:
     always: bool
 
 
+class Steps(Sequence[StepState]):
+    """A run's steps, in order, made when first read: the run a workflow's ``enqueue()``
+    returns has one per step, and its caller often reads only the run's id. Compares
+    equal to the tuple of the same steps."""
+
+    __slots__ = ("_make", "_states")
+
+    def __init__(self, make: Callable[[], tuple[StepState, ...]]) -> None:
+        self._make: Callable[[], tuple[StepState, ...]] | None = make
+        self._states: tuple[StepState, ...] = ()
+
+    def _all(self) -> tuple[StepState, ...]:
+        if self._make is not None:
+            self._states, self._make = self._make(), None
+        return self._states
+
+    @overload
+    def __getitem__(self, index: int) -> StepState: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[StepState, ...]: ...
+    def __getitem__(self, index: int | slice) -> StepState | tuple[StepState, ...]:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[StepState]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Steps):
+            other = other._all()
+        return self._all() == other
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     id: int
@@ -69,7 +112,7 @@ class Run:
     status: str
     created_at: datetime
     finished_at: datetime | None
-    steps: tuple[StepState, ...]
+    steps: Sequence[StepState]
     #: The last step's return value (a list of them, for a group or several last steps),
     #: once the workflow succeeded; None before.
     result: Any
@@ -115,26 +158,30 @@ def get(workflow_id: int | Run) -> Run:
     return _run(workflow, states)
 
 
-def run_of(workflow: Workflow, jobs: list[Job], shape: list[tuple[list[int], bool]]) -> Run:
-    """The run of a workflow just written, from what was written (no query): ``shape``
-    gives each step's parents' positions and whether it runs always. Its jobs have not
-    run: no result, error or progress yet."""
-    states = tuple(
-        StepState(
-            position=position,
-            job_id=job.id,
-            result_id=result_id(job.id, job.token),
-            task_path=job.task_path,
-            status=str(job.status),
-            result=None,
-            error=None,
-            progress=None,
-            waits_for=tuple(parents),
-            always=always,
+def run_of(workflow: Workflow, jobs: Sequence[Job], nodes: Sequence[Node]) -> Run:
+    """The run of a workflow just written, from what was written (no query): each step's
+    job and its plan's node (the positions of its parents, whether it runs always). Its
+    jobs have not run: no result, error or progress yet. Its steps are made when first
+    read."""
+
+    def states() -> tuple[StepState, ...]:
+        return tuple(
+            StepState(
+                position=position,
+                job_id=job.id,
+                result_id=result_id(job.id, job.token),
+                task_path=job.task_path,
+                status=str(job.status),
+                result=None,
+                error=None,
+                progress=None,
+                waits_for=tuple(node.parents),
+                always=node.step.run_always,
+            )
+            for position, (job, node) in enumerate(zip(jobs, nodes, strict=True))
         )
-        for position, (job, (parents, always)) in enumerate(zip(jobs, shape, strict=True))
-    )
-    return _run(workflow, states)
+
+    return _run(workflow, Steps(states))
 
 
 def _state(job: Job, position: int, waits_for: tuple[int, ...], always: bool) -> StepState:
@@ -161,7 +208,7 @@ def _state(job: Job, position: int, waits_for: tuple[int, ...], always: bool) ->
     )
 
 
-def _run(workflow: Workflow, states: tuple[StepState, ...]) -> Run:
+def _run(workflow: Workflow, states: Sequence[StepState]) -> Run:
     result = None
     if workflow.status == WorkflowStatus.SUCCEEDED:
         values = [states[p].result for p in workflow.result_positions if p < len(states)]

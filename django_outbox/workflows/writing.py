@@ -142,5 +142,4 @@ def _write(
             CHUNK_SIZE,
             returning=False,
         )
-    shape = [(node.parents, node.step.run_always) for node in plan.nodes]
-    return run_of(workflow, [job for _, job in calls], shape)
+    return run_of(workflow, jobs, plan.nodes)
