@@ -220,10 +220,10 @@ def _template(task: Task, now: datetime) -> Job:
 def _copy(template: Job) -> Job:
     """A new, unsaved job with ``template``'s values (its lists its own)."""
     job = Job.__new__(Job)
-    values = job.__dict__
-    values.update(template.__dict__)
+    values = dict(template.__dict__)  # a copy, then given whole: faster than update()
     values["_state"] = ModelState()
     values["errors"], values["worker_ids"] = [], []
+    job.__dict__ = values
     return job
 
 
@@ -358,8 +358,9 @@ def _stored(field: Any, value: Any, connection: Any) -> Any:
 def _announce(task: Task, jobs: list[Job], using: str, results: bool = True) -> list[TaskResult]:
     """What follows every insert: the wake-up on commit, the metric, ``task_enqueued``;
     returns the jobs' results (``results=False``: only if someone hears the signal)."""
+    # A set: the jobs of one call mostly share their queue and due time (the same objects).
     notify_on_commit(
-        [(job.queue, job.run_at) for job in jobs if job.status == JobStatus.QUEUED], using=using
+        {(job.queue, job.run_at) for job in jobs if job.status == JobStatus.QUEUED}, using=using
     )
     telemetry.enqueued(task.module_path, task.queue_name, len(jobs))
     if not results and not heard(task_enqueued, logging.DEBUG):
