@@ -70,8 +70,14 @@ class WorkflowStep(models.Model):
         db_constraint=False,
         related_name="step",
     )
+    # No index of its own: the unique (workflow, position) below serves every lookup by
+    # workflow, and a workflow's write updates one index fewer a step.
     workflow = models.ForeignKey(
-        Workflow, on_delete=models.CASCADE, db_constraint=False, related_name="steps"
+        Workflow,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="steps",
+        db_index=False,
     )
     #: The step's place in its workflow, in the order it was built.
     position = models.PositiveIntegerField()
