@@ -371,6 +371,46 @@ def test_a_steps_unique_key_is_held_from_its_enqueue_and_a_held_key_refuses_the_
 
 
 @pytest.mark.django_db
+def test_a_workflow_of_thousands_of_steps_is_written_batch_by_batch_in_order():
+    """Its jobs go a batch at a time, each made while the one before is written: every
+    step row names its own job, and the callback waits for every member, in order."""
+    members = 2345
+    run = workflows.chord(
+        workflows.group(*(workflows.step(tasks.double, n) for n in range(members))),
+        workflows.step(tasks.echo),
+    ).enqueue("big")
+    steps = dict(WorkflowStep.objects.filter(workflow_id=run.id).values_list("position", "job"))
+    assert len(steps) == members + 1
+    args = dict(Job.objects.filter(workflow_id=run.id).values_list("pk", "args"))
+    assert [args[steps[n]] for n in range(members)] == [[n] for n in range(members)]
+    assert [s.job_id for s in run.steps] == [steps[n] for n in range(members + 1)]
+    callback = steps[members]
+    parents = (
+        WorkflowEdge.objects.filter(child_id=callback).order_by("position").values_list("parent")
+    )
+    assert [p for (p,) in parents] == [steps[n] for n in range(members)]
+    assert Job.objects.get(pk=callback).status == JobStatus.WAITING
+    assert Job.objects.filter(workflow_id=run.id, status=JobStatus.QUEUED).count() == members
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("held_at", [3, 1700], ids=["first batch", "second batch"])
+def test_a_held_key_in_any_batch_refuses_the_whole_workflow(held_at):
+    holder = tasks.build_report.enqueue(held_at)
+    steps = [workflows.step(tasks.build_report, n) for n in range(2500)]
+    with transaction.atomic():
+        with pytest.raises(workflows.UniqueKeyHeld, match=f"'report-{held_at}' by job #"):
+            workflows.group(*steps).enqueue()
+        tasks.add.enqueue(1, 1)  # the caller's transaction goes on
+    assert Workflow.objects.count() == 0 and WorkflowStep.objects.count() == 0
+    assert list(Job.objects.values_list("task_path", flat=True).order_by("pk")) == [
+        "tests.tasks.build_report",
+        "tests.tasks.add",
+    ]
+    assert tasks.build_report.get_result(holder.id).status == "READY"
+
+
+@pytest.mark.django_db
 def test_run_jobs_follow_runs_a_whole_workflow_inside_the_tests_transaction():
     from django_outbox.testing import run_jobs
 

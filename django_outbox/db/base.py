@@ -27,6 +27,10 @@ class Dialect(ABC):
     insert_returning: bool = True
     #: ``LISTEN``/``NOTIFY``: commits wake workers through the database itself.
     listen_notify: bool
+    #: The driver's pipeline mode: a statement sent without waiting for the result of the
+    #: one before (``db.inserts.Batches``), so the server writes one batch of a bulk write
+    #: while Python makes the next.
+    pipelines: bool = False
     #: ``SELECT MIN(id) … GROUP BY key`` over an index on (key, status, id) reads one entry
     #: per key ("Using index for group-by"), not every row of each key.
     loose_index_scan: bool = False

@@ -1,4 +1,5 @@
-"""A multi-row INSERT written out, for the batches a worker writes over and over.
+"""Multi-row INSERTs written out: for the batches a worker writes over and over, and for
+bulk writes, whose statements ``Batches`` sends one after another.
 
 ``bulk_create()`` builds model instances and compiles its statement for every batch; for a
 busy worker's attempt log that cost more CPU than PostgreSQL spent running the statement.
@@ -7,7 +8,10 @@ Values are adapted by each field's own ``get_db_prep_save``, as the ORM would.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from functools import cache
 from typing import Any
 
 from django.db import connections, router
@@ -85,24 +89,123 @@ def insert_alike(
     shared values are adapted once, by each field's ``get_db_prep_save``. On PostgreSQL the
     statement is ``INSERT … SELECT <shared>, u.* FROM unnest(<one array per name>)``: a few
     parameters whatever the number of rows, each array one string built in C; elsewhere a
-    multi-row ``VALUES`` (MySQL's ids as ``Dialect.inserted_ids`` finds them).
+    multi-row ``VALUES`` (MySQL's ids as ``Dialect.inserted_ids`` finds them). The
+    statements go one after another as ``Batches`` sends them.
     """
     if not rows:
         return []
-    connection = connections[router.db_for_write(model)]
+    using = router.db_for_write(model)
+    most = rows_per_statement(using, len(shared) + len(names), most)
+    keys: list[int] = []
+    with Batches(using) as batches:
+        for start in range(0, len(rows), most):
+            batches.insert_alike(name, model, shared, names, rows[start : start + most], returning)
+        if returning:
+            for _ in range(0, len(rows), most):
+                keys += batches.keys()
+    return keys
+
+
+def rows_per_statement(using: str, columns: int, most: int = 1000) -> int:
+    """At most ``most`` rows of ``columns`` values in one statement, fewer where the
+    database caps a statement's parameters lower (SQLite's: Django 5.2 says 999)."""
+    capped = connections[using].features.max_query_params
+    return max(1, min(most, capped // columns)) if capped else most
+
+
+class Batches:
+    """The statements of a bulk write, each sent without waiting for the result of the one
+    before where the database can (``Dialect.pipelines``: PostgreSQL's pipeline mode,
+    psycopg's ``Connection.pipeline()``), so that the server writes one batch while Python
+    makes the next. Elsewhere each statement runs when it is sent.
+
+    ``keys()`` reads the new keys of the oldest batch sent and not yet read, waiting for
+    it if it is still being written: a caller that sends batch k, then reads batch k-1's,
+    keeps one batch ahead of the server. A statement's error is raised where its result is
+    read, or where the block ends for one nobody reads, as Django's error (IntegrityError
+    and so on), and the caller's transaction is then to be rolled back, as after any failed
+    statement. Use it inside ``transaction.atomic()``; one block at a time per connection.
+    """
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.connection = connections[using]
+        self.dialect = dialect(using)
+        #: Batches sent that return keys, oldest first: the cursor and its number of rows.
+        self._unread: deque[tuple[Any, int]] = deque()
+        self._pipeline: AbstractContextManager[Any] | None = None
+
+    def __enter__(self) -> Batches:
+        if self.dialect.pipelines:
+            self.connection.ensure_connection()
+            raw = self.connection.connection
+            if getattr(type(raw), "pipeline", None) is not None and _pipelines_supported():
+                self._pipeline = raw.pipeline()
+                with self.connection.wrap_database_errors:
+                    self._pipeline.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for cursor, _ in self._unread:
+            cursor.close()
+        self._unread.clear()
+        if self._pipeline is not None:
+            # The results nobody read are waited for here; an error among them is raised
+            # as Django's (unless the block is already raising one).
+            with self.connection.wrap_database_errors:
+                self._pipeline.__exit__(*exc)
+            self._pipeline = None
+
+    def insert_alike(
+        self,
+        name: str,
+        model: type[Model],
+        shared: dict[str, Any],
+        names: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        returning: bool = True,
+    ) -> None:
+        """Send one statement inserting ``rows`` (see ``insert_alike``: at most
+        ``rows_per_statement`` of them); with ``returning``, ``keys()`` reads their keys."""
+        sql, params = _alike_statement(
+            self.connection, self.dialect, model, shared, names, rows, returning
+        )
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(named(name, sql), params)
+        except BaseException:
+            cursor.close()
+            raise
+        if returning:
+            self._unread.append((cursor, len(rows)))
+        else:
+            cursor.close()
+
+    def keys(self) -> list[int]:
+        """The new primary keys of the oldest batch not yet read, in the order of its rows."""
+        cursor, count = self._unread.popleft()
+        try:
+            if not self.dialect.insert_returning:
+                return self.dialect.inserted_ids(cursor, count)
+            # One statement's new keys rise in the order its rows were written, which is
+            # the order given: sorted, they pair with the rows whatever order RETURNING
+            # took.
+            return sorted(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.close()
+
+
+def _alike_statement(
+    connection: Any,
+    sql_dialect: Any,
+    model: type[Model],
+    shared: dict[str, Any],
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    returning: bool,
+) -> tuple[str, list[Any]]:
     quote = connection.ops.quote_name
     meta = model._meta
-    capped = connection.features.max_query_params  # SQLite's: Django 5.2 says 999
-    if capped:
-        most = max(1, min(most, capped // (len(shared) + len(names))))
-    if len(rows) > most:
-        return [
-            pk
-            for start in range(0, len(rows), most)
-            for pk in insert_alike(
-                name, model, shared, names, rows[start : start + most], most, returning
-            )
-        ]
     shared_fields = [meta.get_field(field) for field in shared]
     shared_values = [
         field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
@@ -113,7 +216,7 @@ def insert_alike(
     assert meta.pk is not None
     pk = quote(str(meta.pk.column))
     into = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
-    sql_dialect = dialect(connection.alias)
+    params: list[Any]
     if sql_dialect.array_parameters:
         arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
         given = ", ".join([*(["%s"] * len(shared_values)), "u.*"])
@@ -131,12 +234,14 @@ def insert_alike(
         params = [value for row in rows for value in (*shared_values, *row)]
     if returning and sql_dialect.insert_returning:
         sql = f"{sql} RETURNING {pk}"
-    with connection.cursor() as cursor:
-        cursor.execute(named(name, sql), params)
-        if not returning:
-            return []
-        if not sql_dialect.insert_returning:
-            return sql_dialect.inserted_ids(cursor, len(rows))
-        # One statement's new keys rise in the order its rows were written, which is the
-        # order given: sorted, they pair with the rows whatever order RETURNING took.
-        return sorted(row[0] for row in cursor.fetchall())
+    return sql, params
+
+
+@cache
+def _pipelines_supported() -> bool:
+    """psycopg's pipeline mode needs libpq 14 or newer."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg 2 has no pipeline mode
+        return False
+    return bool(psycopg.Pipeline.is_supported())

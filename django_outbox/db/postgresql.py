@@ -15,6 +15,7 @@ class PostgreSQL(Dialect):
     update_returning = True
     listen_notify = True
     server_clock = True
+    pipelines = True  # psycopg 3 on libpq 14 or newer (Batches asks the driver too)
 
     def deadlock(self, exc: BaseException) -> bool:
         # deadlock_detected, serialization_failure

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from operator import itemgetter
@@ -28,7 +29,7 @@ from django.utils import timezone
 from django_outbox import conf, telemetry
 from django_outbox.compat import InvalidTask, Task, TaskResult, normalize_json, task_enqueued
 from django_outbox.db import dialect, named
-from django_outbox.db.inserts import insert_alike
+from django_outbox.db.inserts import Batches, rows_per_statement
 from django_outbox.exceptions import InvalidTaskArguments, TaskNotFound
 from django_outbox.jobs import dedup, keys
 from django_outbox.jobs.jsonvalues import json_text
@@ -284,15 +285,55 @@ def insert_steps(calls: Sequence[tuple[Task, Job]], results: bool = True) -> lis
     results in order (``results=False``: [], and a TaskResult is built only for someone
     who hears ``task_enqueued``). Only the queued ones signal their queues on commit: a
     waiting step is signalled when it is queued (jobs/steps.py)."""
+    return insert_step_batches(calls[0][0], len(calls), [calls], results)
+
+
+#: What a caller of ``insert_step_batches`` does with each batch once its jobs have their
+#: keys: it may send statements of its own in the same ``Batches`` (the step rows).
+Written = Callable[[Batches, list[Job]], None]
+
+
+def insert_step_batches(
+    first: Task,
+    count: int,
+    batches: Iterable[Sequence[tuple[Task, Job]]],
+    results: bool = True,
+    written: Written | None = None,
+) -> list[TaskResult]:
+    """``insert_steps`` of ``count`` step jobs that ``batches`` gives a batch at a time as
+    the caller makes them (``first``: the task of the first; the trace names it): each is
+    made while the server writes the one before (``Batches``). ``written`` is called
+    with each batch, in order, once its jobs have their keys."""
     using = router.db_for_write(Job)
-    jobs = [job for _, job in calls]
-    first = calls[0][0]
-    with telemetry.enqueue_span(first.module_path, first.queue_name, len(jobs)) as trace_context:
-        if trace_context is not None:
-            for job in jobs:
-                job.trace_context = trace_context
-        with transaction.atomic(using=using):
-            _insert_many(jobs, using)
+    per = rows_per_statement(using, len(_INSERTED_FIELDS), CHUNK_SIZE)
+    calls: list[tuple[Task, Job]] = []
+    unread: deque[list[Job]] = deque()
+    with (
+        telemetry.enqueue_span(first.module_path, first.queue_name, count) as trace_context,
+        transaction.atomic(using=using),
+        Batches(using) as sent,
+    ):
+
+        def read() -> None:
+            jobs = unread.popleft()
+            given_keys(jobs, sent.keys(), using)
+            if written is not None:
+                written(sent, jobs)
+
+        for batch in batches:
+            for start in range(0, len(batch), per):
+                part = batch[start : start + per]
+                jobs = [job for _, job in part]
+                if trace_context is not None:
+                    for job in jobs:
+                        job.trace_context = trace_context
+                send_jobs(sent, jobs)
+                calls.extend(part)
+                unread.append(jobs)
+                if len(unread) > 1:
+                    read()
+        while unread:
+            read()
     by_task: dict[int, tuple[Task, list[Job]]] = {}
     for task, job in calls:
         by_task.setdefault(id(task), (task, []))[1].append(job)
@@ -301,18 +342,34 @@ def insert_steps(calls: Sequence[tuple[Task, Job]], results: bool = True) -> lis
         announced = _announce(task, of_task, using, results)
         if results:
             made.update(zip((job.pk for job in of_task), announced, strict=True))
-    return [made[job.pk] for job in jobs] if results else []
+    return [made[job.pk] for _, job in calls] if results else []
 
 
 def _insert_many(jobs: list[Job], using: str) -> None:
-    """Insert ``jobs``, one INSERT per CHUNK_SIZE rows, and give each its primary key.
+    """Insert ``jobs``, one INSERT per CHUNK_SIZE rows, and give each its primary key; each
+    batch is made while the server writes the one before (``Batches``)."""
+    # Every column is a parameter of each row where rows are spelled out (not PostgreSQL).
+    per = rows_per_statement(using, len(_INSERTED_FIELDS), CHUNK_SIZE)
+    with Batches(using) as batches:
+        sent: list[list[Job]] = []
+        for start in range(0, len(jobs), per):
+            batch = jobs[start : start + per]
+            send_jobs(batches, batch)
+            sent.append(batch)
+            if len(sent) > 1:
+                given_keys(sent[-2], batches.keys(), using)
+        if sent:
+            given_keys(sent[-1], batches.keys(), using)
+
+
+def send_jobs(batches: Batches, jobs: list[Job]) -> None:
+    """Send the INSERT of ``jobs`` (at most ``rows_per_statement`` of all the job's
+    columns), whose keys ``batches.keys()`` reads (``given_keys``).
 
     Rows, not model instances, as ``insert_alike`` writes them: a column every job holds
     the same value in (the backend, the times, most options) is given once, the others
     as each job's stored form."""
-    if not jobs:
-        return
-    connection = connections[using]
+    connection = batches.connection
     shared: dict[str, Any] = {}
     # Each job's values in one C call (its attributes sit behind the model's descriptors),
     # then by column: jobs built from one template share most values, often the very same
@@ -327,8 +384,12 @@ def _insert_many(jobs: list[Job], using: str) -> None:
             varying.append((field, column))
     stored = [[_stored(field, value, connection) for value in column] for field, column in varying]
     names = [field.name for field, _ in varying]
-    ids = insert_alike("enqueue", Job, shared, names, list(zip(*stored, strict=True)), CHUNK_SIZE)
-    for job, pk in zip(jobs, ids, strict=True):
+    batches.insert_alike("enqueue", Job, shared, names, list(zip(*stored, strict=True)))
+
+
+def given_keys(jobs: list[Job], keys: list[int], using: str) -> None:
+    """Each of ``jobs``, just inserted, takes its primary key: it is saved."""
+    for job, pk in zip(jobs, keys, strict=True):
         job.id = pk
         job._state.adding, job._state.db = False, using
 
@@ -586,33 +647,56 @@ def _insert_alike(
             if not field.primary_key and field.name not in _VARYING
         }
         rows = [(a, k, token) for (_, _, a, k), token in zip(arguments, tokens, strict=True)]
-        with transaction.atomic(using=using):
-            ids = insert_alike("enqueue", Job, shared, _VARYING, rows, CHUNK_SIZE)
-    if template.status == JobStatus.QUEUED and ids:
+        per = rows_per_statement(using, len(shared) + len(_VARYING), CHUNK_SIZE)
+        starts = range(0, len(rows), per)
+        results: list[TaskResult] = []
+
+        def read(start: int) -> None:
+            # A batch's results are made while the server writes the next (Batches).
+            ids = batches.keys()
+            end = start + len(ids)
+            results.extend(
+                _queued_result(task, pk, token, args, kwargs, now)
+                for pk, token, (args, kwargs, _, _) in zip(
+                    ids, tokens[start:end], arguments[start:end], strict=True
+                )
+            )
+
+        with transaction.atomic(using=using), Batches(using) as batches:
+            for number, start in enumerate(starts):
+                batches.insert_alike("enqueue", Job, shared, _VARYING, rows[start : start + per])
+                if number:
+                    read(starts[number - 1])
+            if starts:
+                read(starts[-1])
+    if template.status == JobStatus.QUEUED and results:
         notify_on_commit([(template.queue, template.run_at)], using=using)
-    telemetry.enqueued(task.module_path, task.queue_name, len(ids))
-    results = [
-        build_result(
-            task=task,
-            job_id=pk,
-            token=token,
-            status=JobStatus.QUEUED,
-            args=args,
-            kwargs=kwargs,
-            errors=[],
-            worker_ids=[],
-            enqueued_at=now,
-            started_at=None,
-            last_attempted_at=None,
-            finished_at=None,
-        )
-        for pk, token, (args, kwargs, _, _) in zip(ids, tokens, arguments, strict=True)
-    ]
+    telemetry.enqueued(task.module_path, task.queue_name, len(results))
     if heard(task_enqueued, logging.DEBUG):
         backend_class = type(task.get_backend())
         for result in results:
             task_enqueued.send(backend_class, task_result=result)
     return results
+
+
+def _queued_result(
+    task: Task, pk: int, token: int, args: Any, kwargs: Any, now: datetime
+) -> TaskResult:
+    """The result of a job just enqueued with these arguments."""
+    return build_result(
+        task=task,
+        job_id=pk,
+        token=token,
+        status=JobStatus.QUEUED,
+        args=args,
+        kwargs=kwargs,
+        errors=[],
+        worker_ids=[],
+        enqueued_at=now,
+        started_at=None,
+        last_attempted_at=None,
+        finished_at=None,
+    )
 
 
 #: The columns of ``_insert_alike``'s rows: the rest are the same in every row.

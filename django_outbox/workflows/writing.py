@@ -5,16 +5,17 @@ path, jobs/enqueue.py), their step rows and their edges; one INSERT per table fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from django_outbox.db.inserts import insert_alike
+from django_outbox.compat import Task
+from django_outbox.db.inserts import Batches, insert_alike, rows_per_statement
 from django_outbox.db.routing import database_of, jobs_of
 from django_outbox.exceptions import OutboxError
 from django_outbox.jobs import dedup
-from django_outbox.jobs.enqueue import CHUNK_SIZE, build_jobs, insert_steps
+from django_outbox.jobs.enqueue import CHUNK_SIZE, build_jobs, insert_step_batches
 from django_outbox.lib.collector import collector_paused
 from django_outbox.models import Job, JobStatus, Workflow, WorkflowEdge, WorkflowStep
 from django_outbox.task import OutboxTask
@@ -104,30 +105,45 @@ def _write(
             is_batch=batch_callbacks is not None,
             batch_callbacks=batch_callbacks or [],
         )
-        jobs = build_jobs(
-            [(node.step.task, node.step.args, node.step.kwargs) for node in plan.nodes], now
-        )
-        calls = []
-        for position, (node, job) in enumerate(zip(plan.nodes, jobs, strict=True)):
-            job.workflow_id = workflow.pk
-            job.dedup_key = keys[position]
-            if node.parents:
-                job.status, job.receives = JobStatus.WAITING, node.receives
-            calls.append((node.step.task, job))
-        insert_steps(calls, results=False)
-        ids = [job.id for _, job in calls]
-        insert_alike(
-            "workflow-steps",
-            WorkflowStep,
-            {"workflow": workflow.pk},
-            ("job", "position", "waiting_on", "always"),
-            [
-                (ids[position], position, len(node.parents), node.step.run_always)
-                for position, node in enumerate(plan.nodes)
-            ],
-            CHUNK_SIZE,
-            returning=False,
-        )
+        nodes = plan.nodes
+        jobs: list[Job] = []
+
+        def step_batches() -> Iterator[list[tuple[Task, Job]]]:
+            # Made a batch at a time, each while the server writes the one before.
+            for start in range(0, total, CHUNK_SIZE):
+                batch = nodes[start : start + CHUNK_SIZE]
+                made = build_jobs([(n.step.task, n.step.args, n.step.kwargs) for n in batch], now)
+                for position, (node, job) in enumerate(zip(batch, made, strict=True), start):
+                    job.workflow_id = workflow.pk
+                    job.dedup_key = keys[position]
+                    if node.parents:
+                        job.status, job.receives = JobStatus.WAITING, node.receives
+                jobs.extend(made)
+                yield [(node.step.task, job) for node, job in zip(batch, made, strict=True)]
+
+        stepped = [0]  # how many steps have their rows sent
+
+        def write_steps(batches: Batches, written: list[Job]) -> None:
+            # The jobs come in order: the first of these is the next step without its row.
+            first = stepped[0]
+            stepped[0] += len(written)
+            rows = [
+                (job.id, position, len(nodes[position].parents), nodes[position].step.run_always)
+                for position, job in enumerate(written, first)
+            ]
+            per = rows_per_statement(using, 5, CHUNK_SIZE)
+            for start in range(0, len(rows), per):
+                batches.insert_alike(
+                    "workflow-steps",
+                    WorkflowStep,
+                    {"workflow": workflow.pk},
+                    ("job", "position", "waiting_on", "always"),
+                    rows[start : start + per],
+                    returning=False,
+                )
+
+        insert_step_batches(nodes[0].step.task, total, step_batches(), False, write_steps)
+        ids = [job.id for job in jobs]
         edges = [
             (ids[parent], ids[position], i)
             for position, node in enumerate(plan.nodes)
@@ -142,4 +158,4 @@ def _write(
             CHUNK_SIZE,
             returning=False,
         )
-    return run_of(workflow, jobs, plan.nodes)
+    return run_of(workflow, jobs, nodes)
