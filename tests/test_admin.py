@@ -10,7 +10,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_outbox import webhooks
+from django_outbox import webhooks, workflows
 from django_outbox.lib.resultids import parse_result_id, result_id
 from django_outbox.models import Delivery, Job, JobStatus, Worker
 from tests import tasks
@@ -272,6 +272,52 @@ def test_the_dashboard_counts_match_the_database(admin_client):
     assert "From the latest 2 jobs finished in the last hour." in page
     partial = admin_client.get("/admin/django_outbox/dashboard/?partial=1").content.decode()
     assert 'data-queue="default"' in partial and "<html" not in partial
+
+
+def test_the_dashboard_counts_waiting_steps_and_held_jobs_per_queue(admin_client):
+    workflows.chain(workflows.step(tasks.add, 1, 2), workflows.step(tasks.double)).enqueue()
+    a_job(JobStatus.HELD, limit_key="concurrency:report", queue="reports")
+    a_job(JobStatus.HELD, limit_key="concurrency:report", queue="reports")
+    page = admin_client.get("/admin/django_outbox/dashboard/").content.decode()
+    assert ">waiting</abbr>" in page and ">held</abbr>" in page
+    default = page.split('data-queue="default"')[1].split("</tr>")[0]
+    assert 'queued">1<' in default and 'waiting">1<' in default and 'held">0<' in default
+    reports = page.split('data-queue="reports"')[1].split("</tr>")[0]
+    assert 'held">2<' in reports and 'waiting">0<' in reports and 'queued">0<' in reports
+
+
+@pytest.mark.django_db(transaction=True)  # ANALYZE commits on MariaDB
+def test_the_dashboards_waiting_and_held_counts_read_an_index_not_the_table():
+    """Finished jobs are most of a table that keeps them: the count reads the partial
+    index of waiting and held rows (SQLite, PostgreSQL), or the claim index led by the
+    status (MariaDB, MySQL)."""
+    from django_outbox.admin.overview import pending_jobs
+
+    now = timezone.now()
+    Job.objects.bulk_create(
+        [Job(task_path="tests.tasks.add", status=JobStatus.SUCCEEDED, finished_at=now)] * 3000
+        + [Job(task_path="tests.tasks.add", status=JobStatus.WAITING)] * 5
+        + [Job(task_path="tests.tasks.add", status=JobStatus.HELD, limit_key="k")] * 3
+    )
+    counts = pending_jobs().values("queue", "status").annotate(total=Count("id"))
+    assert sorted((row["status"], row["total"]) for row in counts) == [("held", 3), ("waiting", 5)]
+    sql, params = counts.query.sql_with_params()
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
+            assert "USING COVERING INDEX outbox_job_pending" in plan, plan
+        elif connection.vendor == "postgresql":
+            cursor.execute(f"ANALYZE {Job._meta.db_table}")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = " | ".join(row[0] for row in cursor.fetchall())
+            assert "outbox_job_pending" in plan and "Seq Scan" not in plan, plan
+        else:
+            cursor.execute(f"ANALYZE TABLE {Job._meta.db_table}")
+            cursor.execute(f"EXPLAIN {sql}", params)
+            columns = [column[0] for column in cursor.description]
+            (step,) = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+            assert step["key"] == "outbox_job_claim" and "Using index" in step["Extra"], step
 
 
 def test_the_dashboards_failures_are_failed_jobs_and_its_counts_those_of_the_last_day(

@@ -104,6 +104,10 @@ def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     Job.objects.bulk_create(
         Job(task_path="shop.tasks.send_receipt", run_at=timezone.now()) for _ in range(4)
     )
+    Job.objects.bulk_create(
+        [Job(task_path="shop.tasks.render_page", status=JobStatus.WAITING)] * 3
+        + [Job(task_path="shop.tasks.sync_stock", status=JobStatus.HELD, limit_key="k")]
+    )
     log_in(page, live_server, "/admin/django_outbox/dashboard/")
     page.wait_for_selector("#outbox-queues")
 
@@ -111,6 +115,7 @@ def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     row = page.locator('tr[data-queue="default"]')
     assert row.locator(".queued").inner_text() == "4"
     assert row.locator(".failed").inner_text() == "2"
+    assert (row.locator(".waiting").inner_text(), row.locator(".held").inner_text()) == ("3", "1")
     assert page.locator('tr[data-queue="emails"] .queued').inner_text() == "0"
     total = Job.objects.exclude(finished_at=None).count()
     assert page.locator("svg.outbox-chart").get_attribute("data-total") == str(total)
@@ -121,6 +126,14 @@ def test_the_dashboard_live_in_a_browser(page, live_server, screenshots):
     assert_no_horizontal_scroll(page, "the dashboard")
     page.screenshot(path=str(screenshots / "dashboard.png"), full_page=True)
     assert (screenshots / "dashboard.png").stat().st_size > 10_000
+    width = page.viewport_size
+    page.set_viewport_size({"width": 390, "height": 844})
+    # At a phone's width the tables scroll within their cards, never the page.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    queues = page.locator("#outbox-queues")
+    assert queues.evaluate("card => card.scrollWidth > card.clientWidth")  # it scrolls
+    page.screenshot(path=str(screenshots / "dashboard-390.png"), full_page=True)
+    page.set_viewport_size(width)
 
     # Jobs that finish now show up in the chart at the next refresh, without a reload.
     finished(JobStatus.SUCCEEDED, 25)

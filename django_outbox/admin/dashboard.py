@@ -172,7 +172,14 @@ class DashboardAdmin(admin.ModelAdmin):
                     display.age(line.oldest_due, data.now),
                     {
                         name: number(getattr(line, name))
-                        for name in ("queued", "scheduled", "running", "failed_24h")
+                        for name in (
+                            "queued",
+                            "scheduled",
+                            "running",
+                            "waiting",
+                            "held",
+                            "failed_24h",
+                        )
                     },
                     paused_badge(line.paused_at) if line.paused_at else "running",
                     display.dated(

@@ -3,7 +3,8 @@
 Every query is limited by a time window or by an index over live rows only, so the page
 costs the same with a thousand jobs or a million:
 
-- queue counts read the active rows (queued, running) through their partial indexes,
+- queue counts read the active rows (queued, running, waiting and held) through their
+  partial indexes,
   and failures of the last 24 h through the partial index on failed rows; every queue
   the settings name has its line, jobs or not, and so has every paused queue (with the
   time it was paused, from its QueueState row);
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 from statistics import quantiles
 
 from django.db import router
-from django.db.models import CharField, Count, DateTimeField, Min, Q, QuerySet, Sum
+from django.db.models import BooleanField, CharField, Count, DateTimeField, Min, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import TruncMinute
 from django.db.models.lookups import GreaterThanOrEqual, IsNull
@@ -29,6 +30,7 @@ from django_outbox import conf, health, queues
 from django_outbox.compat import InvalidTaskBackend, task_backends
 from django_outbox.db import dialect
 from django_outbox.models import Endpoint, EndpointHour, Job, JobStatus, Worker
+from django_outbox.models.jobs import PENDING_STATUSES
 
 #: Jobs read for the wait and run time percentiles.
 SAMPLE = 5000
@@ -42,6 +44,10 @@ class QueueLine:
     queued: int = 0
     scheduled: int = 0
     running: int = 0
+    #: Workflow steps waiting on the steps before them.
+    waiting: int = 0
+    #: Jobs held behind their concurrency or sequence key.
+    held: int = 0
     failed_24h: int = 0
     oldest_due: datetime | None = None
     #: When the queue was paused (django_outbox.queues); None: it runs.
@@ -110,6 +116,16 @@ def failed_jobs(since: datetime | None = None) -> QuerySet[Job]:
     return Job.objects.filter(bound, status=JobStatus.FAILED)
 
 
+def pending_jobs() -> QuerySet[Job]:
+    """Waiting steps and held jobs, in the terms of their partial index's condition, its
+    statuses written out: SQLite uses a partial index only for a query that states its
+    condition in the same terms, and a bound parameter is not. (MariaDB and MySQL read
+    them through the claim index, led by the status.)"""
+    statuses = ", ".join(f"'{status.value}'" for status in PENDING_STATUSES)
+    pending = RawSQL(f"{Job._meta.db_table}.status IN ({statuses})", (), BooleanField())
+    return Job.objects.filter(pending)
+
+
 def overview(now: datetime | None = None) -> Overview:
     now = now or timezone.now()
     return Overview(
@@ -145,7 +161,7 @@ def configured_queues() -> set[str]:
 
 def queue_lines(now: datetime) -> list[QueueLine]:
     """A line per configured queue, even one without jobs yet, per paused queue, and per
-    queue that has jobs queued, running or failed in the last 24 h."""
+    queue that has jobs queued, running, waiting, held or failed in the last 24 h."""
     lines: dict[str, QueueLine] = {queue: QueueLine(queue) for queue in configured_queues()}
 
     def line(queue: str) -> QueueLine:
@@ -171,6 +187,8 @@ def queue_lines(now: datetime) -> list[QueueLine]:
     )
     for busy in running:
         line(busy["queue"]).running = busy["total"]
+    for pending in pending_jobs().values("queue", "status").annotate(total=Count("id")):
+        setattr(line(pending["queue"]), pending["status"], pending["total"])
     failed_counts = (
         failed_jobs(since=now - timedelta(hours=24)).values("queue").annotate(total=Count("id"))
     )

@@ -48,6 +48,9 @@ _TASK_STATUS = {
 #: A unique key is held while its job can still run: waiting (a workflow step), held (its
 #: key's turn has not come), queued or running.
 ACTIVE_STATUSES = [JobStatus.WAITING, JobStatus.HELD, JobStatus.QUEUED, JobStatus.RUNNING]
+#: Active but not yet queued: a workflow's step waiting on the steps before it, a job held
+#: behind its concurrency or sequence key.
+PENDING_STATUSES = [JobStatus.WAITING, JobStatus.HELD]
 
 #: The jobs that take one of their limit key's turns: queued (its turn has come) or running.
 TURN_STATUSES = [JobStatus.QUEUED, JobStatus.RUNNING]
@@ -164,6 +167,14 @@ class Job(models.Model):
                 fields=["limit_key", "status", "id"],
                 name="outbox_job_limit_key",
                 condition=Q(limit_key__isnull=False),
+            ),
+            # The dashboard's counts of waiting steps and held jobs per queue. (MariaDB and
+            # MySQL have no partial index: the claim index there, led by the status and the
+            # queue, serves the count.)
+            models.Index(
+                fields=["queue", "status"],
+                name="outbox_job_pending",
+                condition=Q(status__in=PENDING_STATUSES),
             ),
             # Heartbeats and rescue read the leases of running rows only.
             models.Index(
