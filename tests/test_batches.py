@@ -214,3 +214,61 @@ def test_retry_and_add_to_batch_at_once_never_deadlock():
         assert not failures, failures[0]
     assert ran["retried"] == 1000  # a cancelled batch can always be retried
     assert ran["added"] + ran["refused"] == 1000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_is_a_step_of_a_chain_and_what_follows_waits_for_its_callback(run_worker):
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 2),
+        workflows.batch(
+            workflows.step(tasks.adds_to_its_batch, 2).immutable(),
+            workflows.step(tasks.double),  # takes the step before the batch's result
+            on_complete=workflows.step(tasks.upstream_seen, "complete"),
+        ),
+        workflows.step(tasks.echo),
+    ).enqueue("chained batch")
+    assert [s.status for s in run.steps] == ["queued", "waiting", "waiting", "waiting", "waiting"]
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.status == "succeeded" and len(done.steps) == 5 + 2
+    # The callback waited for the jobs added while the batch ran; what follows the batch
+    # got the callback's result, after it.
+    complete = {"label": "complete", "upstream": [2, 6, 0, 2]}
+    assert done.steps[3].result == complete
+    assert done.result == {"args": [complete], "kwargs": {}}
+    jobs = {s.position: Job.objects.get(pk=s.job_id) for s in done.steps}
+    assert jobs[0].finished_at <= min(jobs[p].started_at for p in (1, 2, 5, 6))
+    assert max(jobs[p].finished_at for p in (1, 2, 5, 6)) <= jobs[3].started_at
+    assert jobs[3].finished_at <= jobs[4].started_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_follows_a_batch_without_callbacks_gets_every_members_result(run_worker):
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 2),
+        workflows.batch(
+            workflows.step(tasks.adds_to_its_batch, 1).immutable(), workflows.step(tasks.double)
+        ),
+        workflows.step(tasks.echo),
+    ).enqueue()
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.status == "succeeded"
+    assert done.result == {"args": [[1, 6, 0]], "kwargs": {}}  # the added member's too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_in_a_chain_takes_no_job_before_it_runs_and_a_workflow_holds_one():
+    run = workflows.chain(
+        workflows.step(tasks.noop),
+        workflows.batch(workflows.step(tasks.noop), on_complete=workflows.step(tasks.noop)),
+    ).enqueue()
+    with pytest.raises(workflows.BatchNotStarted, match="waits for the steps before it"):
+        workflows.add_to_batch(run.id, workflows.step(tasks.noop))
+    assert Workflow.objects.get(pk=run.id).steps_total == 3 and Job.objects.count() == 3
+    with pytest.raises(ValueError, match="one batch at most"):
+        workflows.chain(
+            workflows.batch(workflows.step(tasks.noop)),
+            workflows.batch(workflows.step(tasks.noop)),
+        ).enqueue()
+    assert Workflow.objects.count() == 1 and Job.objects.count() == 3

@@ -13,7 +13,13 @@
 See docs/workflows.md.
 """
 
-from django_outbox.workflows.batches import Batch, BatchClosed, add_to_batch, batch
+from django_outbox.workflows.batches import (
+    Batch,
+    BatchClosed,
+    BatchNotStarted,
+    add_to_batch,
+    batch,
+)
 from django_outbox.workflows.building import (
     Chain,
     Chord,
@@ -42,6 +48,7 @@ __all__ = [
     "UPSTREAM_FAILED",
     "Batch",
     "BatchClosed",
+    "BatchNotStarted",
     "Chain",
     "Chord",
     "Group",

@@ -31,18 +31,23 @@ from django_outbox.models import (
     WorkflowStatus,
     WorkflowStep,
 )
-from django_outbox.workflows.building import Step, checked_elements
+from django_outbox.workflows.building import Composite, Step, checked_elements
 from django_outbox.workflows.plan import Plan
 from django_outbox.workflows.runs import Run, WorkflowDoesNotExist, lock_callbacks
-from django_outbox.workflows.writing import key_held, unique_keys, write
+from django_outbox.workflows.writing import key_held, unique_keys
 
 
 class BatchClosed(OutboxError):
     """The batch has finished (its ``on_complete`` has been released): nothing can join."""
 
 
-class Batch:
-    """Jobs side by side, with callbacks; see ``workflows.batch()``."""
+class BatchNotStarted(OutboxError):
+    """The batch waits for the steps before it in its workflow: jobs join it once it runs."""
+
+
+class Batch(Composite):
+    """Jobs side by side, with callbacks; see ``workflows.batch()``. Enqueued on its own,
+    or as a step of a chain or a ``Workflow`` (one batch a workflow)."""
 
     def __init__(
         self, members: Sequence[Step], on_success: Step | None, on_complete: Step | None
@@ -56,19 +61,30 @@ class Batch:
         self.on_success = on_success
         self.on_complete = on_complete
 
-    def enqueue(self, name: str = "") -> Run:
-        """Write the batch in the current transaction; its run's id names it to
-        ``add_to_batch()``. Its result is ``on_complete``'s, else ``on_success``'s, else the
-        list of its first members' results."""
-        plan = Plan()
-        members = [plan.add(step, [], Receives.NOTHING) for step in self.members]
+    def place(self, plan: Plan, after: list[int], passing: Receives) -> tuple[list[int], Receives]:
+        """Its members side by side after ``after`` (each takes what a group's member
+        takes), then its callbacks, which wait for every member. What follows waits for
+        its last callback, and gets its result; without callbacks, for every member, and
+        gets their results as a list, the members added later too."""
+        members: list[int] = []
+        for member in self.members:
+            member_exits, _ = member.place(plan, after, passing)
+            members += member_exits
+        plan.mark_batch(members)
         callbacks = []
         if self.on_success is not None:
             callbacks.append(plan.add(self.on_success, members, Receives.NOTHING))
         if self.on_complete is not None:
             callbacks.append(plan.add(self.on_complete.always(), members, Receives.NOTHING))
-        result = callbacks[-1:] or members
-        return write(plan, result, not callbacks, name, batch_callbacks=callbacks)
+        if callbacks:
+            return callbacks[-1:], Receives.ONE
+        return members, Receives.LIST
+
+    def enqueue(self, name: str = "") -> Run:
+        """Write the batch in the current transaction; its run's id names it to
+        ``add_to_batch()``. Its result is ``on_complete``'s, else ``on_success``'s, else the
+        list of its first members' results."""
+        return super().enqueue(name)
 
 
 def batch(*members: Step, on_success: Step | None = None, on_complete: Step | None = None) -> Batch:
@@ -127,6 +143,11 @@ def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list
         closed = released or over
         if closed:
             raise BatchClosed(f"Batch {pk} has finished: no job can join it now.")
+        if not _started(using, locked, callback_ids):
+            raise BatchNotStarted(
+                f"Batch {pk} waits for the steps before it in its workflow: jobs join it once "
+                "it runs (from one of its own jobs, say). Nothing was added."
+            )
         now = timezone.now()
         jobs = build_jobs([(step.task, step.args, step.kwargs) for step in steps], now)
         calls = []
@@ -156,6 +177,33 @@ def _add(pk: int, steps: list[Step], keys: list[str | None], using: str) -> list
             steps_total=F("steps_total") + len(steps), steps_left=F("steps_left") + len(steps)
         )
     return results
+
+
+def _started(using: str, workflow: Workflow, waiters: list[int]) -> bool:
+    """Whether the batch's members have been let go: in a chain they wait for what comes
+    before the batch, and all are let go at once, so one of them tells. A member is a
+    parent of the first step that waits for the batch, or without one (the batch ends its
+    workflow, with no callback), one of the workflow's last steps."""
+    job: int | None
+    if waiters:
+        job = (
+            WorkflowEdge.objects.using(using)
+            .filter(child_id=min(waiters))
+            .order_by("position")
+            .values_list("parent_id", flat=True)
+            .first()
+        )
+    else:
+        job = (
+            WorkflowStep.objects.using(using)
+            .filter(workflow_id=workflow.pk, position__in=workflow.result_positions[:1])
+            .values_list("job_id", flat=True)
+            .first()
+        )
+    if job is None:
+        return False
+    status = Job.objects.using(using).filter(pk=job).values_list("status", flat=True).first()
+    return status is not None and status != JobStatus.WAITING
 
 
 def _batch_id(given: int | Run | TaskContext, using: str) -> int:

@@ -23,10 +23,29 @@ class Node:
 @dataclass(slots=True)
 class Plan:
     nodes: list[Node] = field(default_factory=list)
+    #: The positions of the members a batch in it was built with (one batch a workflow),
+    #: or None.
+    batch: list[int] | None = None
 
     def add(self, step: PlannedStep, parents: list[int], receives: Receives) -> int:
         self.nodes.append(Node(step, parents, receives))
         return len(self.nodes) - 1
+
+    def mark_batch(self, members: list[int]) -> None:
+        if self.batch is not None:
+            raise ValueError(
+                "a workflow holds one batch at most: add_to_batch() would not know which "
+                "of them a job joins"
+            )
+        self.batch = members
+
+    def batch_waiters(self) -> list[int] | None:
+        """The steps that wait for every member of its batch (its callbacks, or in a chain
+        what follows the batch), in order; None without a batch."""
+        if self.batch is None:
+            return None
+        members = set(self.batch)
+        return [i for i, node in enumerate(self.nodes) if members <= set(node.parents)]
 
 
 @dataclass(frozen=True, slots=True)

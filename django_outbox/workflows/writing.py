@@ -23,14 +23,11 @@ from django_outbox.workflows.plan import Plan, PlannedStep
 from django_outbox.workflows.runs import Run, run_of
 
 
-def write(
-    plan: Plan,
-    result_positions: list[int],
-    result_is_list: bool,
-    name: str,
-    batch_callbacks: list[int] | None = None,
-) -> Run:
-    """Write ``plan`` in the database of its tasks' TASKS alias, in the current transaction."""
+def write(plan: Plan, result_positions: list[int], result_is_list: bool, name: str) -> Run:
+    """Write ``plan`` in the database of its tasks' TASKS alias, in the current transaction.
+    A plan with a batch is written as one: the steps that wait for its members are the ones
+    ``add_to_batch()`` counts up."""
+    batch_callbacks = plan.batch_waiters()
     aliases = {node.step.task.backend for node in plan.nodes}
     databases = {database_of(alias) for alias in aliases}
     if len(databases) > 1:
