@@ -35,13 +35,10 @@ on_postgres = pytest.mark.skipif(
 
 
 def forget_the_layout() -> None:
-    """A process learns once whether its job table is partitioned, and builds its claim
-    for it (a project converts it with the workers stopped): these tests convert it in
-    the middle of one, so they make it learn again."""
-    from django_outbox.jobs import claim
-
+    """A process learns once whether its job table is partitioned (a project converts it
+    with the workers stopped): these tests convert it in the middle of one, so they make
+    it learn again."""
     partitions.jobs_partitioned.cache_clear()
-    claim._claim_sql.cache_clear()
 
 
 @pytest.fixture
@@ -340,6 +337,33 @@ def test_a_worker_runs_jobs_on_a_partitioned_table_and_results_read_back(
     assert failing.status.name == "FAILED"
     rows = Job.objects.filter(pk__in=[parse_result_id(r.id)[0] for r in [*results, failing]])
     assert {partition_of(row) for row in rows} == {day_name(0)}
+
+
+@on_postgres
+def test_a_worker_that_runs_through_the_undo_claims_from_the_one_table_again(
+    committed_partitioning, run_worker
+):
+    """A worker learns the layout once; the docs say to stop workers for the conversion.
+    One that was not stopped for the undo finds its claim's partition gone, learns the
+    layout again and claims on, instead of stopping with "cannot claim jobs"."""
+    first = tasks.add.enqueue(1, 1)
+    run_worker()  # its claim updates the active partition
+    first.refresh()
+    assert first.return_value == 2
+    command("--undo")
+    partitions.jobs_partitioned.cache_clear()
+    assert partitions.jobs_partitioned("default") is False
+    partitions.jobs_partitioned.cache_clear()
+    # As another process would still believe: the table is partitioned.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partitions, "is_partitioned", lambda connection, table: True)
+        assert partitions.jobs_partitioned("default") is True
+    second = tasks.add.enqueue(2, 2)
+    stats = run_worker()
+    second.refresh()
+    assert second.return_value == 4 and stats.succeeded == 1
+    assert partitions.jobs_partitioned("default") is False
+    command()  # partitioned again, as the fixture undoes it
 
 
 @on_postgres

@@ -73,6 +73,12 @@ class Dialect(ABC):
         after. A statement finding its rows by id then looks in no other partition."""
         return str(connections[alias].ops.quote_name(table))
 
+    def relearn_layout(self, alias: str, exc: BaseException) -> bool:
+        """Whether ``exc`` says the job table's layout changed under this process (a
+        partition it names is gone); if so, the dialect forgets what it knew of it, and
+        running the operation again builds its statements for the table as it is now."""
+        return False
+
     def greatest(self, *sql: str) -> str:
         return f"GREATEST({', '.join(sql)})"
 

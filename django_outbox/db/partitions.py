@@ -127,8 +127,23 @@ def supported(alias: str) -> bool:
 def jobs_partitioned(alias: str) -> bool:
     """Whether the job table of ``alias`` is partitioned, asked once per process: it is
     converted with the workers stopped. A claim then updates the active partition
-    (``Dialect.active_jobs_table``)."""
+    (``Dialect.active_jobs_table``). A process that was not stopped for an
+    ``outbox_partition --undo`` asks again when its claim finds the partition gone
+    (``forget_if_gone``); one not stopped for the conversion claims through the parent."""
     return is_partitioned(connections[alias], Job._meta.db_table)
+
+
+def forget_if_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL's undefined_table for the job table's active
+    partition, which ``outbox_partition --undo`` dropped while this process ran; if so,
+    ``jobs_partitioned`` is asked again next time. No statement runs here: the caller's
+    transaction may be one the error undid."""
+    if getattr(exc.__cause__, "sqlstate", None) != "42P01":
+        return False
+    if f'"{Names(Job._meta.db_table).active}"' not in str(exc):
+        return False
+    jobs_partitioned.cache_clear()
+    return True
 
 
 def is_partitioned(connection: Any, table: str) -> bool:

@@ -29,6 +29,9 @@ class PostgreSQL(Dialect):
             table = partitions.Names(table).active
         return super().active_jobs_table(alias, table)
 
+    def relearn_layout(self, alias: str, exc: BaseException) -> bool:
+        return partitions.forget_if_gone(exc)
+
     def row_estimate(self, table: str) -> tuple[str, list[str]] | None:
         return partitions.row_estimate_sql(), [table]
 

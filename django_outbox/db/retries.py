@@ -1,6 +1,8 @@
 """Running an operation again when the database undid it for a deadlock (or, where it has
 them, a serialization failure, as PostgreSQL raises for a row another transaction moved to
-another partition): the remedy the database itself asks for."""
+another partition): the remedy the database itself asks for. Also when a statement named a
+partition of the job table that is gone since this process learnt its layout
+(``Dialect.relearn_layout``): the next run builds it for the table as it is."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def again_after_deadlocks(
         try:
             return operation()
         except DatabaseErrors as exc:
-            if run == tries or not dialect(alias).deadlock(exc):
+            sql = dialect(alias)
+            if run == tries or not (sql.deadlock(exc) or sql.relearn_layout(alias, exc)):
                 raise
             if on_again is not None:
                 on_again(exc)

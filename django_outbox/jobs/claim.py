@@ -257,7 +257,10 @@ def _run_claim(
     ]
     if running_limit is not None:
         params += [running_limit, queues[0]]
-    sql = _claim_sql(connection.alias, len(queues), running_limit is not None)
+    # The table it updates is asked each time (the answer is cached): a process that finds
+    # the job table's layout changed under it learns it again (Dialect.relearn_layout).
+    updated = dialect(connection.alias).active_jobs_table(connection.alias, Job._meta.db_table)
+    sql = _claim_sql(connection.alias, len(queues), running_limit is not None, updated)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
@@ -469,8 +472,10 @@ def _mark_sql(alias: str, count: int) -> str:
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
-    """The claim for ``queue_count`` queues on the database ``alias``, built once.
+def _claim_sql(alias: str, queue_count: int, limited: bool, updated: str) -> str:
+    """The claim for ``queue_count`` queues on the database ``alias``, built once, updating
+    the table ``updated`` (``Dialect.active_jobs_table``: on a partitioned job table, its
+    partition of active rows).
 
     The inner SELECT is ``Job.objects.due(…)`` with ``select_for_update(skip_locked=True)``
     spelled by the dialect (Django refuses to compile ``select_for_update()`` outside a
@@ -492,7 +497,7 @@ def _claim_sql(alias: str, queue_count: int, limited: bool = False) -> str:
     returning = ", ".join(quote(column(Job, name)) for name in RETURNED_FIELDS)
     return named(
         "claim",
-        f"UPDATE {sql.active_jobs_table(alias, Job._meta.db_table)} SET {set_claimed(alias)} "
+        f"UPDATE {updated} SET {set_claimed(alias)} "
         f"WHERE {sql.id_in_subquery('id', due)} "
         f"RETURNING {returning}",
     )
