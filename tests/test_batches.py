@@ -272,3 +272,37 @@ def test_a_batch_in_a_chain_takes_no_job_before_it_runs_and_a_workflow_holds_one
             workflows.batch(workflows.step(tasks.noop)),
         ).enqueue()
     assert Workflow.objects.count() == 1 and Job.objects.count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_workflow_holding_a_batch_is_retried_and_its_batch_calls_back_once(
+    run_worker,
+):
+    run = workflows.chain(
+        workflows.step(tasks.add, 1, 2),
+        workflows.batch(
+            workflows.step(tasks.double, 5).immutable(),
+            workflows.step(tasks.fails_for_good, "bad row").immutable(),
+            on_success=workflows.step(tasks.upstream_seen, "success"),
+        ),
+        workflows.step(tasks.echo),
+    ).enqueue()
+    run_worker(concurrency=2)
+    failed = workflows.get(run.id)
+    assert failed.status == "failed"
+    assert [s.status for s in failed.steps] == [
+        "succeeded",
+        "succeeded",
+        "failed",
+        "upstream_failed",
+        "upstream_failed",
+    ]
+    # The failed member is mended, then the workflow retried: it, the callback and what
+    # follows run again; the rest keeps its results.
+    Job.objects.filter(pk=failed.steps[2].job_id).update(task_path="tests.tasks.noop", args=[])
+    assert workflows.retry(run.id) == 3
+    run_worker(concurrency=2)
+    done = workflows.get(run.id)
+    assert done.status == "succeeded"
+    success = {"label": "success", "upstream": [10, None]}
+    assert done.steps[3].result == success and done.result == {"args": [success], "kwargs": {}}
