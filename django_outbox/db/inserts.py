@@ -9,7 +9,7 @@ Values are adapted by each field's own ``get_db_prep_save``, as the ORM would.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from functools import cache
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connections, router
 from django.db.models import Model
 
-from django_outbox.db import dialect, named
+from django_outbox.db import Dialect, dialect, named
 from django_outbox.db.rowvalues import any_array_literal, quoted_array_literal
 
 
@@ -99,10 +99,11 @@ def insert_alike(
     keys: list[int] = []
     with Batches(using) as batches:
         for start in range(0, len(rows), most):
-            batches.insert_alike(name, model, shared, names, rows[start : start + most], returning)
-        if returning:
-            for _ in range(0, len(rows), most):
-                keys += batches.keys()
+            chunk = rows[start : start + most]
+            batches.insert_alike(
+                name, model, shared, names, chunk, keys.extend if returning else None
+            )
+        batches.flush()
     return keys
 
 
@@ -119,20 +120,21 @@ class Batches:
     psycopg's ``Connection.pipeline()``), so that the server writes one batch while Python
     makes the next. Elsewhere each statement runs when it is sent.
 
-    ``keys()`` reads the new keys of the oldest batch sent and not yet read, waiting for
-    it if it is still being written: a caller that sends batch k, then reads batch k-1's,
-    keeps one batch ahead of the server. A statement's error is raised where its result is
-    read, or where the block ends for one nobody reads, as Django's error (IntegrityError
-    and so on), and the caller's transaction is then to be rolled back, as after any failed
-    statement. Use it inside ``transaction.atomic()``; one block at a time per connection.
+    A batch's new keys go to the ``then`` it was sent with once the next batch has been
+    sent (or at ``flush()``), oldest first: the caller's work on them meets the server's
+    on the next. A statement's error is raised where its keys are read, or where the block
+    ends for one that returns none, as Django's error (IntegrityError and so on), and the
+    caller's transaction is then to be rolled back, as after any failed statement. Use it
+    inside ``transaction.atomic()``; one block at a time per connection.
     """
 
     def __init__(self, using: str) -> None:
         self.using = using
         self.connection = connections[using]
         self.dialect = dialect(using)
-        #: Batches sent that return keys, oldest first: the cursor and its number of rows.
-        self._unread: deque[tuple[Any, int]] = deque()
+        #: Batches sent whose keys are still to be read, oldest first: the cursor, its
+        #: number of rows and where its keys go.
+        self._unread: deque[tuple[Any, int, Callable[[list[int]], None]]] = deque()
         self._pipeline: AbstractContextManager[Any] | None = None
 
     def __enter__(self) -> Batches:
@@ -146,7 +148,7 @@ class Batches:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for cursor, _ in self._unread:
+        for cursor, _, _ in self._unread:
             cursor.close()
         self._unread.clear()
         if self._pipeline is not None:
@@ -163,12 +165,13 @@ class Batches:
         shared: dict[str, Any],
         names: Sequence[str],
         rows: Sequence[Sequence[Any]],
-        returning: bool = True,
+        then: Callable[[list[int]], None] | None = None,
     ) -> None:
         """Send one statement inserting ``rows`` (see ``insert_alike``: at most
-        ``rows_per_statement`` of them); with ``returning``, ``keys()`` reads their keys."""
+        ``rows_per_statement`` of them). With ``then``, it returns their keys, which go to
+        ``then`` (in the order of ``rows``) once the next batch is sent, or at ``flush()``."""
         sql, params = _alike_statement(
-            self.connection, self.dialect, model, shared, names, rows, returning
+            self.connection, self.dialect, model, shared, names, rows, then is not None
         )
         cursor = self.connection.cursor()
         try:
@@ -176,28 +179,36 @@ class Batches:
         except BaseException:
             cursor.close()
             raise
-        if returning:
-            self._unread.append((cursor, len(rows)))
-        else:
+        if then is None:
             cursor.close()
+            return
+        self._unread.append((cursor, len(rows), then))
+        if len(self._unread) > 1:  # one batch ahead of the server, not more
+            self._read_oldest()
 
-    def keys(self) -> list[int]:
-        """The new primary keys of the oldest batch not yet read, in the order of its rows."""
-        cursor, count = self._unread.popleft()
+    def flush(self) -> None:
+        """Read the keys of every batch not read yet, oldest first."""
+        while self._unread:
+            self._read_oldest()
+
+    def _read_oldest(self) -> None:
+        cursor, count, then = self._unread.popleft()
         try:
             if not self.dialect.insert_returning:
-                return self.dialect.inserted_ids(cursor, count)
-            # One statement's new keys rise in the order its rows were written, which is
-            # the order given: sorted, they pair with the rows whatever order RETURNING
-            # took.
-            return sorted(row[0] for row in cursor.fetchall())
+                keys = self.dialect.inserted_ids(cursor, count)
+            else:
+                # One statement's new keys rise in the order its rows were written, which
+                # is the order given: sorted, they pair with the rows whatever order
+                # RETURNING took.
+                keys = sorted(row[0] for row in cursor.fetchall())
         finally:
             cursor.close()
+        then(keys)
 
 
 def _alike_statement(
     connection: Any,
-    sql_dialect: Any,
+    sql_dialect: Dialect,
     model: type[Model],
     shared: dict[str, Any],
     names: Sequence[str],

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
@@ -307,18 +307,19 @@ def insert_step_batches(
     using = router.db_for_write(Job)
     per = rows_per_statement(using, len(_INSERTED_FIELDS), CHUNK_SIZE)
     calls: list[tuple[Task, Job]] = []
-    unread: deque[list[Job]] = deque()
     with (
         telemetry.enqueue_span(first.module_path, first.queue_name, count) as trace_context,
         transaction.atomic(using=using),
         Batches(using) as sent,
     ):
 
-        def read() -> None:
-            jobs = unread.popleft()
-            given_keys(jobs, sent.keys(), using)
-            if written is not None:
-                written(sent, jobs)
+        def keyed(jobs: list[Job]) -> Callable[[list[int]], None]:
+            def then(keys: list[int]) -> None:
+                given_keys(jobs, keys, using)
+                if written is not None:
+                    written(sent, jobs)
+
+            return then
 
         for batch in batches:
             for start in range(0, len(batch), per):
@@ -327,13 +328,9 @@ def insert_step_batches(
                 if trace_context is not None:
                     for job in jobs:
                         job.trace_context = trace_context
-                send_jobs(sent, jobs)
+                send_jobs(sent, jobs, keyed(jobs))
                 calls.extend(part)
-                unread.append(jobs)
-                if len(unread) > 1:
-                    read()
-        while unread:
-            read()
+        sent.flush()
     by_task: dict[int, tuple[Task, list[Job]]] = {}
     for task, job in calls:
         by_task.setdefault(id(task), (task, []))[1].append(job)
@@ -351,20 +348,15 @@ def _insert_many(jobs: list[Job], using: str) -> None:
     # Every column is a parameter of each row where rows are spelled out (not PostgreSQL).
     per = rows_per_statement(using, len(_INSERTED_FIELDS), CHUNK_SIZE)
     with Batches(using) as batches:
-        sent: list[list[Job]] = []
         for start in range(0, len(jobs), per):
             batch = jobs[start : start + per]
-            send_jobs(batches, batch)
-            sent.append(batch)
-            if len(sent) > 1:
-                given_keys(sent[-2], batches.keys(), using)
-        if sent:
-            given_keys(sent[-1], batches.keys(), using)
+            send_jobs(batches, batch, partial(given_keys, batch, using=using))
+        batches.flush()
 
 
-def send_jobs(batches: Batches, jobs: list[Job]) -> None:
+def send_jobs(batches: Batches, jobs: list[Job], then: Callable[[list[int]], None]) -> None:
     """Send the INSERT of ``jobs`` (at most ``rows_per_statement`` of all the job's
-    columns), whose keys ``batches.keys()`` reads (``given_keys``).
+    columns); their keys go to ``then`` (``Batches.insert_alike``).
 
     Rows, not model instances, as ``insert_alike`` writes them: a column every job holds
     the same value in (the backend, the times, most options) is given once, the others
@@ -384,7 +376,7 @@ def send_jobs(batches: Batches, jobs: list[Job]) -> None:
             varying.append((field, column))
     stored = [[_stored(field, value, connection) for value in column] for field, column in varying]
     names = [field.name for field, _ in varying]
-    batches.insert_alike("enqueue", Job, shared, names, list(zip(*stored, strict=True)))
+    batches.insert_alike("enqueue", Job, shared, names, list(zip(*stored, strict=True)), then)
 
 
 def given_keys(jobs: list[Job], keys: list[int], using: str) -> None:
@@ -648,12 +640,11 @@ def _insert_alike(
         }
         rows = [(a, k, token) for (_, _, a, k), token in zip(arguments, tokens, strict=True)]
         per = rows_per_statement(using, len(shared) + len(_VARYING), CHUNK_SIZE)
-        starts = range(0, len(rows), per)
         results: list[TaskResult] = []
 
-        def read(start: int) -> None:
+        def made(ids: list[int]) -> None:
             # A batch's results are made while the server writes the next (Batches).
-            ids = batches.keys()
+            start = len(results)
             end = start + len(ids)
             results.extend(
                 _queued_result(task, pk, token, args, kwargs, now)
@@ -663,12 +654,11 @@ def _insert_alike(
             )
 
         with transaction.atomic(using=using), Batches(using) as batches:
-            for number, start in enumerate(starts):
-                batches.insert_alike("enqueue", Job, shared, _VARYING, rows[start : start + per])
-                if number:
-                    read(starts[number - 1])
-            if starts:
-                read(starts[-1])
+            for start in range(0, len(rows), per):
+                batches.insert_alike(
+                    "enqueue", Job, shared, _VARYING, rows[start : start + per], made
+                )
+            batches.flush()
     if template.status == JobStatus.QUEUED and results:
         notify_on_commit([(template.queue, template.run_at)], using=using)
     telemetry.enqueued(task.module_path, task.queue_name, len(results))

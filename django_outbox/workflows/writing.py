@@ -118,12 +118,12 @@ def _write(
                 jobs.extend(made)
                 yield [(node.step.task, job) for node, job in zip(batch, made, strict=True)]
 
-        stepped = [0]  # how many steps have their rows sent
+        stepped = 0  # how many steps have their rows sent
 
         def write_steps(batches: Batches, written: list[Job]) -> None:
             # The jobs come in order: the first of these is the next step without its row.
-            first = stepped[0]
-            stepped[0] += len(written)
+            nonlocal stepped
+            first, stepped = stepped, stepped + len(written)
             rows = [
                 (job.id, position, len(nodes[position].parents), nodes[position].step.run_always)
                 for position, job in enumerate(written, first)
@@ -136,7 +136,6 @@ def _write(
                     {"workflow": workflow.pk},
                     ("job", "position", "waiting_on", "always"),
                     rows[start : start + per],
-                    returning=False,
                 )
 
         insert_step_batches(nodes[0].step.task, total, step_batches(), False, write_steps)
